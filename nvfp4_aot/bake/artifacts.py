@@ -1,0 +1,168 @@
+"""Bake variants into an artifacts directory, atomically, and compare two bakes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from .. import __version__
+from ..errors import CaptureError
+from ..kernels import ARCH_COMPUTE_CAPABILITY, family_for_arch
+from ..manifest import MANIFEST_NAME, SCHEMA_VERSION, Manifest, Variant, read_manifest
+from .capture import ExportedKernel, capture_launch
+
+# The group search reads the CTA prefix with int32 indices and every group costs a
+# row in three device tables staged per launch; beyond this the runtime splits a
+# list into several launches instead of baking ever larger variants.
+MAX_BAKED_GROUPS = 1024
+
+
+@dataclass(frozen=True)
+class BakedVariant:
+    variant: Variant
+    cubin: bytes
+    compile_seconds: float
+
+
+def dsl_version() -> str:
+    try:
+        return metadata.version("nvidia-cutlass-dsl")
+    except metadata.PackageNotFoundError as exc:
+        raise CaptureError(
+            "nvidia-cutlass-dsl is not installed; install the build extra: "
+            "pip install -e '.[build]'"
+        ) from exc
+
+
+def cubin_file_name(family: str, arch: str, num_groups: int) -> str:
+    return f"{family}.{arch}.g{num_groups}.cubin"
+
+
+def bake_variant(arch: str, num_groups: int, workdir: Path) -> BakedVariant:
+    """Compile one variant in a child process, capture its launch ABI, describe it."""
+    family = family_for_arch(arch)
+    prefix = f"nvfp4_{arch}_g{num_groups}"
+    out = workdir / prefix
+    run = subprocess.run(
+        [sys.executable, "-m", "nvfp4_aot.bake.compile_one", family.module, arch,
+         str(num_groups), str(out), prefix],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if run.returncode != 0:
+        tail = "\n".join((run.stderr or run.stdout).strip().splitlines()[-25:])
+        raise CaptureError(f"compiling {family.name} for {arch}, G={num_groups} failed:\n{tail}")
+    result = json.loads((out / "result.json").read_text())
+    cubins = sorted((out / "dump").glob("*.cubin"))
+    ptxs = sorted((out / "dump").glob("*.ptx"))
+    if len(cubins) != 1 or len(ptxs) != 1:
+        raise CaptureError(f"expected one cubin and one PTX from the compile, found {cubins} {ptxs}")
+    exported = ExportedKernel(
+        object_file=out / "export" / f"{prefix}.o",
+        header=out / "export" / f"{prefix}.h",
+        cubin=cubins[0],
+        ptx=ptxs[0],
+        prefix=prefix,
+    )
+    launch = capture_launch(exported, out)
+    compute_capability = ARCH_COMPUTE_CAPABILITY[arch]
+    if launch.sm != compute_capability[0] * 10 + compute_capability[1]:
+        raise CaptureError(f"the cubin for {arch} says it is for sm_{launch.sm}")
+    cubin = cubins[0].read_bytes()
+    variant = Variant(
+        name=f"{family.name}.{arch}.g{num_groups}",
+        family=family.name,
+        arch=arch,
+        compute_capability=compute_capability,
+        num_groups=num_groups,
+        tile_mnk=tuple(result["tile_mnk"]),
+        cubin=cubin_file_name(family.name, arch, num_groups),
+        sha256=hashlib.sha256(cubin).hexdigest(),
+        cubin_bytes=len(cubin),
+        kernel_symbol=launch.kernel_symbol,
+        block=launch.block,
+        cluster=launch.cluster,
+        grid=launch.grid,
+        dynamic_smem_bytes=launch.dynamic_smem_bytes,
+        param_bytes=launch.param_bytes,
+        params=launch.params,
+        launch_attributes=launch.launch_attributes,
+        function_attributes=launch.function_attributes,
+        registers=launch.registers,
+    )
+    return BakedVariant(variant, cubin, result["compile_seconds"])
+
+
+def write_artifacts(out_dir: Path, baked: list[BakedVariant]) -> Manifest:
+    """Write cubins then the manifest into ``out_dir``, each via a temporary file + rename.
+
+    The manifest goes last: a reader that finds it finds every cubin it names. Cubins of
+    earlier bakes that the new manifest does not name are removed after it is in place.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    manifest = Manifest(
+        schema_version=SCHEMA_VERSION,
+        package_version=__version__,
+        dsl_version=dsl_version(),
+        variants=tuple(b.variant for b in baked),
+    )
+    for b in baked:
+        _atomic_write(out_dir / b.variant.cubin, b.cubin)
+    _atomic_write(out_dir / MANIFEST_NAME, manifest.to_json().encode())
+    named = {b.variant.cubin for b in baked}
+    for stale in out_dir.glob("*.cubin"):
+        if stale.name not in named:
+            stale.unlink()
+    return manifest
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def compare_artifacts(expected_dir: Path, actual_dir: Path) -> list[str]:
+    """Every difference between two artifact directories, as readable lines."""
+    expected = read_manifest(expected_dir)
+    actual = read_manifest(actual_dir)
+    problems = []
+    for field in ("schema_version", "package_version", "dsl_version"):
+        if getattr(expected, field) != getattr(actual, field):
+            problems.append(f"{field}: committed {getattr(expected, field)!r}, rebuilt {getattr(actual, field)!r}")
+    old = {v.name: v for v in expected.variants}
+    new = {v.name: v for v in actual.variants}
+    for name in sorted(old.keys() - new.keys()):
+        problems.append(f"{name}: committed but not rebuilt")
+    for name in sorted(new.keys() - old.keys()):
+        problems.append(f"{name}: rebuilt but not committed")
+    for name in sorted(old.keys() & new.keys()):
+        a, b = old[name], new[name]
+        for field in a.__dataclass_fields__:
+            if getattr(a, field) != getattr(b, field):
+                problems.append(f"{name}: {field} differs (committed {_short(getattr(a, field))}, rebuilt {_short(getattr(b, field))})")
+        committed = expected_dir / a.cubin
+        if committed.exists() and committed.read_bytes() != (actual_dir / b.cubin).read_bytes():
+            problems.append(f"{name}: cubin file {a.cubin} differs")
+        elif not committed.exists():
+            problems.append(f"{name}: cubin file {a.cubin} is missing")
+    return problems
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) < 80 else text[:77] + "..."
+
+
+

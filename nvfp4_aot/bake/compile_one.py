@@ -1,0 +1,46 @@
+"""Compile one kernel variant with the CuTe DSL; run in a child process per variant.
+
+The DSL reads its target architecture and dump settings from the environment, so each
+variant gets a fresh interpreter with them set before ``cutlass`` is imported.
+
+Usage: python -m nvfp4_aot.bake.compile_one FAMILY_MODULE ARCH NUM_GROUPS OUT_DIR PREFIX
+Writes OUT_DIR/dump/*.{cubin,ptx}, OUT_DIR/export/PREFIX.{h,o} and OUT_DIR/result.json.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def main(module_name: str, arch: str, num_groups: int, out_dir: Path, prefix: str) -> None:
+    dump = out_dir / "dump"
+    export = out_dir / "export"
+    dump.mkdir(parents=True, exist_ok=True)
+    export.mkdir(parents=True, exist_ok=True)
+    os.environ["CUTE_DSL_ARCH"] = arch
+    os.environ["CUTE_DSL_KEEP"] = "ptx,cubin"
+    os.environ["CUTE_DSL_DUMP_DIR"] = str(dump)
+    started = time.perf_counter()
+    module = importlib.import_module(module_name)
+    imported = time.perf_counter()
+    if arch not in module.ARCHS:
+        raise SystemExit(f"{module_name} does not support {arch} (it lists {module.ARCHS})")
+    compiled = module.compile(num_groups)
+    compiled_at = time.perf_counter()
+    compiled.export_to_c(str(export), prefix, prefix)
+    result = {
+        "import_seconds": imported - started,
+        "compile_seconds": compiled_at - imported,
+        "tile_mnk": [module.TILE_M, module.TILE_N, module.TILE_K],
+        "threads": module.THREADS,
+    }
+    (out_dir / "result.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4]), sys.argv[5])

@@ -1,0 +1,243 @@
+"""The typed manifest that describes every baked kernel variant.
+
+``artifacts/manifest.json`` is written by ``build_kernels.py`` (last, after every cubin,
+so that its presence marks a complete bake) and read by the runtime. It records versions,
+hashes and the full launch description: how the grid is formed, block, cluster, dynamic
+shared memory, launch and function attributes, and every kernel parameter as constant
+bytes plus the input slots the runtime writes. The runtime packs parameters from it
+alone; see :mod:`nvfp4_aot.packing`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import MISSING, asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from .errors import ArtifactError
+
+SCHEMA_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+
+# The inputs of every kernel family's host launcher, in call order. Pointer inputs are
+# 8 bytes, int32 inputs 4 bytes (little endian), exactly as the DSL host code takes them.
+INPUT_KINDS: dict[str, str] = {
+    "problem_sizes": "pointer",  # int32 [G, 4] rows (m, n, k, l)
+    "abc_pointers": "pointer",  # int64 [G, 3] (A, B, C) device addresses
+    "scale_pointers": "pointer",  # int64 [G, 2] (SFA, SFB) device addresses
+    "cta_prefix": "pointer",  # int32 [G + 1] prefix sum of output tiles per group
+    "tensormap_workspace": "pointer",  # persistent_blocks x 4 x 128-byte descriptors
+    "total_tiles": "int32",
+    "persistent_blocks": "int32",
+}
+INPUT_NAMES = tuple(INPUT_KINDS)
+INPUT_SIZES = {"pointer": 8, "int32": 4}
+
+
+@dataclass(frozen=True)
+class InputSlot:
+    """Bytes ``[offset, offset + size)`` of a parameter hold input ``name`` (little endian)."""
+
+    name: str
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class KernelParam:
+    """One kernel parameter: its place in the parameter buffer and how to fill it.
+
+    ``constant_hex`` holds all ``size`` bytes as the DSL host code writes them, with input
+    slots and padding zeroed; the runtime copies it and writes the slots.
+    """
+
+    index: int
+    offset: int
+    size: int
+    align: int
+    constant_hex: str
+    slots: tuple[InputSlot, ...] = ()
+    padding: tuple[tuple[int, int], ...] = ()  # [start, stop) ranges never written
+
+    def __post_init__(self):
+        if len(self.constant_hex) != 2 * self.size:
+            raise ArtifactError(
+                f"kernel parameter {self.index}: constant_hex holds "
+                f"{len(self.constant_hex) // 2} bytes, expected {self.size}"
+            )
+
+
+@dataclass(frozen=True)
+class GridDim:
+    """One grid dimension: a constant, or the value of an int32 input."""
+
+    constant: int | None = None
+    input: str | None = None
+
+
+@dataclass(frozen=True)
+class LaunchAttribute:
+    """A CUlaunchAttribute: id (same numbering in runtime and driver API) and its words."""
+
+    id: int
+    name: str
+    values: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class FunctionAttribute:
+    """A function attribute to set before launch.
+
+    ``value`` is a constant, or None when the DSL host code sets it to the device attribute
+    ``from_device_attribute`` (for instance the opt-in shared-memory maximum).
+    """
+
+    id: int
+    name: str
+    value: int | None = None
+    from_device_attribute: int | None = None
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One baked kernel: a (kernel family, arch, group count) combination."""
+
+    name: str
+    family: str
+    arch: str
+    compute_capability: tuple[int, int]
+    num_groups: int
+    tile_mnk: tuple[int, int, int]
+    cubin: str
+    sha256: str
+    cubin_bytes: int
+    kernel_symbol: str
+    block: tuple[int, int, int]
+    cluster: tuple[int, int, int]
+    grid: tuple[GridDim, GridDim, GridDim]
+    dynamic_smem_bytes: int
+    param_bytes: int
+    params: tuple[KernelParam, ...]
+    launch_attributes: tuple[LaunchAttribute, ...]
+    function_attributes: tuple[FunctionAttribute, ...]
+    registers: int | None = None
+
+    def slots_for(self, input_name: str) -> list[tuple[int, int]]:
+        """Absolute (offset, size) of every place in the parameter buffer input goes."""
+        return [
+            (param.offset + slot.offset, slot.size)
+            for param in self.params
+            for slot in param.slots
+            if slot.name == input_name
+        ]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Everything ``artifacts/`` holds."""
+
+    schema_version: int
+    package_version: str
+    dsl_version: str
+    variants: tuple[Variant, ...]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> Manifest:
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ArtifactError(f"manifest is not valid JSON: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise ArtifactError("manifest must be a JSON object")
+        version = raw.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ArtifactError(
+                f"manifest schema_version is {version!r}, this nvfp4-aot reads "
+                f"{SCHEMA_VERSION}; rebuild the artifacts with build_kernels.py or install "
+                "a matching nvfp4-aot"
+            )
+        return _build(cls, raw, "manifest")
+
+    def variant(self, family: str, arch: str, num_groups: int) -> Variant:
+        for v in self.variants:
+            if (v.family, v.arch, v.num_groups) == (family, arch, num_groups):
+                return v
+        raise ArtifactError(f"no variant {family}/{arch}/G={num_groups} in the manifest")
+
+
+def _build(cls, raw: Any, where: str):
+    """Construct dataclass ``cls`` from parsed JSON, naming the path of a bad field."""
+    if not isinstance(raw, dict):
+        raise ArtifactError(f"{where}: expected an object, got {type(raw).__name__}")
+    kwargs = {}
+    for f in fields(cls):
+        if f.name not in raw:
+            if f.default is not MISSING:
+                continue
+            raise ArtifactError(f"{where}: missing field {f.name!r}")
+        kwargs[f.name] = _convert(f.type, raw[f.name], f"{where}.{f.name}")
+    unknown = set(raw) - {f.name for f in fields(cls)}
+    if unknown:
+        raise ArtifactError(f"{where}: unknown field(s) {sorted(unknown)}")
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ArtifactError(f"{where}: {exc}") from exc
+
+
+_DATACLASSES = {
+    c.__name__: c
+    for c in (InputSlot, KernelParam, GridDim, LaunchAttribute, FunctionAttribute, Variant)
+}
+
+
+def _convert(type_text: str, value: Any, where: str):
+    """Convert JSON ``value`` to the annotated type (annotations are strings here)."""
+    t = type_text.replace(" ", "")
+    if t.endswith("|None"):
+        return None if value is None else _convert(t[: -len("|None")], value, where)
+    if t in _DATACLASSES:
+        return _build(_DATACLASSES[t], value, where)
+    if t.startswith("tuple["):
+        if not isinstance(value, list):
+            raise ArtifactError(f"{where}: expected a list, got {type(value).__name__}")
+        inner = t[len("tuple[") : -1]
+        if inner.endswith(",..."):
+            item = inner[: -len(",...")]
+            return tuple(_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+        items = _split_top(inner)
+        if len(items) != len(value):
+            raise ArtifactError(f"{where}: expected {len(items)} items, got {len(value)}")
+        return tuple(_convert(it, v, f"{where}[{i}]") for i, (it, v) in enumerate(zip(items, value)))
+    expected = {"int": int, "str": str, "float": (int, float)}[t]
+    if isinstance(value, bool) or not isinstance(value, expected):
+        raise ArtifactError(f"{where}: expected {t}, got {value!r}")
+    return float(value) if t == "float" else value
+
+
+def _split_top(text: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+def read_manifest(directory: Path) -> Manifest:
+    """Read and validate ``directory/manifest.json``."""
+    path = Path(directory) / MANIFEST_NAME
+    try:
+        text = path.read_text()
+    except FileNotFoundError as exc:
+        raise ArtifactError(
+            f"{path} does not exist; run `python build_kernels.py` to bake the kernels"
+        ) from exc
+    return Manifest.from_json(text)

@@ -1,0 +1,95 @@
+"""float64 reference for NVFP4 block-scaled (grouped) GEMM, numpy only.
+
+Every dequantized element (an FP4 value times an E4M3 scale) and every product of two
+of them is exact in float64; only the K-sum rounds, at about 1e-16 relative, far below
+the FP16 rounding of the kernel's output. So the reference is, for testing purposes,
+the exact answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from nvfp4_aot.layouts import (
+    SF_VEC_SIZE,
+    Problem,
+    e4m3_to_float,
+    fp4_to_float,
+    unpack_fp4,
+)
+
+
+def dequantize(packed, scales) -> np.ndarray:
+    """Expand packed FP4 data and its row-major E4M3 scales to float64.
+
+    Parameters
+    ----------
+    packed : array_like of uint8, shape (rows, k // 2)
+        Two E2M1 codes per byte, the first in the low nibble.
+    scales : array_like of uint8, shape (rows, k // 16)
+        One E4M3 byte per 16 consecutive elements of a row (not the blocked layout).
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape (rows, k)
+        ``out[r, j] = fp4(packed)[r, j] * e4m3(scales)[r, j // 16]``.
+    """
+    packed = np.asarray(packed)
+    scales = np.asarray(scales)
+    if packed.ndim != 2 or scales.ndim != 2:
+        raise ValueError(
+            f"packed and scales must be 2-D, got shapes {packed.shape} and "
+            f"{scales.shape}"
+        )
+    rows, k = packed.shape[0], packed.shape[1] * 2
+    if k % SF_VEC_SIZE or scales.shape != (rows, k // SF_VEC_SIZE):
+        raise ValueError(
+            f"scales for packed data of shape {packed.shape} (k={k}) must have shape "
+            f"({rows}, {k // SF_VEC_SIZE}) with k a multiple of {SF_VEC_SIZE}, "
+            f"got {scales.shape}"
+        )
+    values = fp4_to_float(unpack_fp4(packed))
+    return values * np.repeat(e4m3_to_float(scales), SF_VEC_SIZE, axis=1)
+
+
+def reference_gemm(problem: Problem) -> np.ndarray:
+    """C = dequant(A) @ dequant(B).T in float64, shape (m, n).
+
+    Compare a kernel's FP16 output against this with :func:`relative_error`, or round
+    it to FP16 for an elementwise check.
+    """
+    a = dequantize(problem.a, problem.sfa)
+    b = dequantize(problem.b, problem.sfb)
+    return a @ b.T
+
+
+def grouped_reference(problems: Iterable[Problem]) -> list[np.ndarray]:
+    """:func:`reference_gemm` for each problem of a group, in order."""
+    return [reference_gemm(problem) for problem in problems]
+
+
+def relative_error(out, ref) -> float:
+    """Relative Frobenius error ``||out - ref|| / ||ref||`` in float64.
+
+    Returns ``inf`` when ``out`` holds a NaN or an infinity (a kernel that overflows or
+    reads garbage must never pass a tolerance check), and, when ``ref`` is all zeros,
+    0.0 if ``out`` is too and ``inf`` otherwise.
+
+    Raises
+    ------
+    ValueError
+        If the shapes differ.
+    """
+    out = np.asarray(out, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if out.shape != ref.shape:
+        raise ValueError(f"out has shape {out.shape}, reference has shape {ref.shape}")
+    if not np.isfinite(out).all():
+        return float("inf")
+    ref_norm = np.linalg.norm(ref)
+    diff_norm = np.linalg.norm(out - ref)
+    if ref_norm == 0.0:
+        return 0.0 if diff_norm == 0.0 else float("inf")
+    return float(diff_norm / ref_norm)
