@@ -157,9 +157,7 @@ def read_cubin(data: bytes) -> CubinInfo:
     """Parse arch, kernels and their parameter records from a cubin."""
     sm = cubin_sm(data)
     sections = _section_headers(data)
-    kernels = tuple(
-        name[len(".text.") :] for name, *_ in sections if name.startswith(".text.")
-    )
+    kernels = tuple(name[len(".text.") :] for name, *_ in sections if name.startswith(".text."))
     params: dict[str, tuple[KernelParamInfo, ...]] = {}
     param_bytes: dict[str, int] = {}
     required_block: dict[str, tuple[int, int, int]] = {}

@@ -212,7 +212,9 @@ def _convert(type_text: str, value: Any, where: str):
         items = _split_top(inner)
         if len(items) != len(value):
             raise ArtifactError(f"{where}: expected {len(items)} items, got {len(value)}")
-        return tuple(_convert(it, v, f"{where}[{i}]") for i, (it, v) in enumerate(zip(items, value)))
+        return tuple(
+            _convert(it, v, f"{where}[{i}]") for i, (it, v) in enumerate(zip(items, value))
+        )
     expected = {"int": int, "str": str, "float": (int, float)}[t]
     if isinstance(value, bool) or not isinstance(value, expected):
         raise ArtifactError(f"{where}: expected {t}, got {value!r}")

@@ -65,7 +65,9 @@ def check_inputs(inputs: dict[str, int]) -> None:
         value = inputs[name]
         low, high = _LIMITS[kind]
         if not isinstance(value, int) or not low <= value <= high:
-            raise InvalidProblemError(f"kernel input {name!r} must be a {kind} in [{low}, {high}], got {value!r}")
+            raise InvalidProblemError(
+                f"kernel input {name!r} must be a {kind} in [{low}, {high}], got {value!r}"
+            )
 
 
 def launch_geometry(variant: Variant, inputs: dict[str, int]) -> LaunchGeometry:

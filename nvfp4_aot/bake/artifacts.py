@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -45,8 +44,19 @@ def cubin_file_name(family: str, arch: str, num_groups: int) -> str:
     return f"{family}.{arch}.g{num_groups}.cubin"
 
 
-def bake_variant(arch: str, num_groups: int, workdir: Path) -> BakedVariant:
-    """Compile one variant in a child process, capture its launch ABI, describe it."""
+@dataclass(frozen=True)
+class CompiledVariant:
+    """A variant compiled by the DSL: the exported host object, cubin and PTX."""
+
+    arch: str
+    num_groups: int
+    exported: ExportedKernel
+    tile_mnk: tuple[int, int, int]
+    compile_seconds: float
+
+
+def compile_variant(arch: str, num_groups: int, workdir: Path) -> CompiledVariant:
+    """Compile one variant in a child process (the DSL reads its target from the environment)."""
     family = family_for_arch(arch)
     prefix = f"nvfp4_{arch}_g{num_groups}"
     out = workdir / prefix
@@ -62,7 +72,9 @@ def bake_variant(arch: str, num_groups: int, workdir: Path) -> BakedVariant:
     cubins = sorted((out / "dump").glob("*.cubin"))
     ptxs = sorted((out / "dump").glob("*.ptx"))
     if len(cubins) != 1 or len(ptxs) != 1:
-        raise CaptureError(f"expected one cubin and one PTX from the compile, found {cubins} {ptxs}")
+        raise CaptureError(
+            f"expected one cubin and one PTX from the compile, found {cubins} {ptxs}"
+        )
     exported = ExportedKernel(
         object_file=out / "export" / f"{prefix}.o",
         header=out / "export" / f"{prefix}.h",
@@ -70,21 +82,28 @@ def bake_variant(arch: str, num_groups: int, workdir: Path) -> BakedVariant:
         ptx=ptxs[0],
         prefix=prefix,
     )
-    launch = capture_launch(exported, out)
-    compute_capability = ARCH_COMPUTE_CAPABILITY[arch]
+    return CompiledVariant(
+        arch, num_groups, exported, tuple(result["tile_mnk"]), result["compile_seconds"]
+    )
+
+
+def describe_variant(compiled: CompiledVariant, workdir: Path, seed: int = 0) -> Variant:
+    """Capture the launch ABI of a compiled variant and describe it for the manifest."""
+    family = family_for_arch(compiled.arch)
+    launch = capture_launch(compiled.exported, workdir, seed=seed)
+    compute_capability = ARCH_COMPUTE_CAPABILITY[compiled.arch]
     if launch.sm != compute_capability[0] * 10 + compute_capability[1]:
-        raise CaptureError(f"the cubin for {arch} says it is for sm_{launch.sm}")
-    cubin = cubins[0].read_bytes()
-    variant = Variant(
-        name=f"{family.name}.{arch}.g{num_groups}",
+        raise CaptureError(f"the cubin for {compiled.arch} says it is for sm_{launch.sm}")
+    return Variant(
+        name=f"{family.name}.{compiled.arch}.g{compiled.num_groups}",
         family=family.name,
-        arch=arch,
+        arch=compiled.arch,
         compute_capability=compute_capability,
-        num_groups=num_groups,
-        tile_mnk=tuple(result["tile_mnk"]),
-        cubin=cubin_file_name(family.name, arch, num_groups),
-        sha256=hashlib.sha256(cubin).hexdigest(),
-        cubin_bytes=len(cubin),
+        num_groups=compiled.num_groups,
+        tile_mnk=compiled.tile_mnk,
+        cubin=cubin_file_name(family.name, compiled.arch, compiled.num_groups),
+        sha256=launch.cubin_sha256,
+        cubin_bytes=compiled.exported.cubin.stat().st_size,
         kernel_symbol=launch.kernel_symbol,
         block=launch.block,
         cluster=launch.cluster,
@@ -96,7 +115,13 @@ def bake_variant(arch: str, num_groups: int, workdir: Path) -> BakedVariant:
         function_attributes=launch.function_attributes,
         registers=launch.registers,
     )
-    return BakedVariant(variant, cubin, result["compile_seconds"])
+
+
+def bake_variant(arch: str, num_groups: int, workdir: Path) -> BakedVariant:
+    """Compile, capture and describe one variant."""
+    compiled = compile_variant(arch, num_groups, workdir)
+    variant = describe_variant(compiled, compiled.exported.object_file.parent.parent)
+    return BakedVariant(variant, compiled.exported.cubin.read_bytes(), compiled.compile_seconds)
 
 
 def write_artifacts(out_dir: Path, baked: list[BakedVariant]) -> Manifest:
@@ -127,6 +152,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; artifacts are meant to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -140,7 +166,9 @@ def compare_artifacts(expected_dir: Path, actual_dir: Path) -> list[str]:
     problems = []
     for field in ("schema_version", "package_version", "dsl_version"):
         if getattr(expected, field) != getattr(actual, field):
-            problems.append(f"{field}: committed {getattr(expected, field)!r}, rebuilt {getattr(actual, field)!r}")
+            problems.append(
+                f"{field}: committed {getattr(expected, field)!r}, rebuilt {getattr(actual, field)!r}"
+            )
     old = {v.name: v for v in expected.variants}
     new = {v.name: v for v in actual.variants}
     for name in sorted(old.keys() - new.keys()):
@@ -151,7 +179,9 @@ def compare_artifacts(expected_dir: Path, actual_dir: Path) -> list[str]:
         a, b = old[name], new[name]
         for field in a.__dataclass_fields__:
             if getattr(a, field) != getattr(b, field):
-                problems.append(f"{name}: {field} differs (committed {_short(getattr(a, field))}, rebuilt {_short(getattr(b, field))})")
+                problems.append(
+                    f"{name}: {field} differs (committed {_short(getattr(a, field))}, rebuilt {_short(getattr(b, field))})"
+                )
         committed = expected_dir / a.cubin
         if committed.exists() and committed.read_bytes() != (actual_dir / b.cubin).read_bytes():
             problems.append(f"{name}: cubin file {a.cubin} differs")
@@ -163,6 +193,3 @@ def compare_artifacts(expected_dir: Path, actual_dir: Path) -> list[str]:
 def _short(value) -> str:
     text = repr(value)
     return text if len(text) < 80 else text[:77] + "..."
-
-
-

@@ -115,6 +115,7 @@ def link_recorder(exported: ExportedKernel, workdir: Path) -> Path:
     entry = re.search(rf"void (_mlir_{prefix}__mlir_ciface_\w+)\(void \*\*args", header)
     if entry is None:
         raise CaptureError(f"no entry point declaration found in {exported.header}")
+    workdir.mkdir(parents=True, exist_ok=True)
     library = workdir / f"{exported.prefix}_recorder.so"
     command = [
         "gcc", "-shared", "-fPIC", "-O1", "-o", str(library), str(RECORDER_SOURCE),
@@ -157,9 +158,7 @@ def capture_once(
     lib = ctypes.CDLL(str(copy))
     (ctypes.c_uint * 64).in_dll(lib, "rec_param_sizes")[: len(param_sizes)] = param_sizes
     ctypes.c_int.in_dll(lib, "rec_num_params").value = len(param_sizes)
-    (ctypes.c_int * 256).in_dll(lib, "rec_device_attr_values")[_DEVICE_ATTR_SMEM_OPTIN] = (
-        smem_optin
-    )
+    (ctypes.c_int * 256).in_dll(lib, "rec_device_attr_values")[_DEVICE_ATTR_SMEM_OPTIN] = smem_optin
     slots = (ctypes.c_uint64 * len(INPUT_NAMES))(*(inputs[n] for n in INPUT_NAMES))
     status = lib.capture_launch(slots, len(INPUT_NAMES), poison)
     launches = ctypes.c_int.in_dll(lib, "rec_num_launches").value
@@ -168,11 +167,16 @@ def capture_once(
             f"the host launcher returned {status} after {launches} launches (expected 0, 1)"
         )
     num_calls = ctypes.c_int.in_dll(lib, "rec_num_calls").value
-    calls = tuple((c.kind, c.attr, c.value) for c in (_Call * 256).in_dll(lib, "rec_calls")[:num_calls])
+    calls = tuple(
+        (c.kind, c.attr, c.value) for c in (_Call * 256).in_dll(lib, "rec_calls")[:num_calls]
+    )
     num_attrs = ctypes.c_uint.in_dll(lib, "rec_num_attrs").value
     raw_attrs = bytes((ctypes.c_ubyte * (72 * 16)).in_dll(lib, "rec_attrs"))
     attrs = tuple(
-        (int.from_bytes(raw_attrs[i * 72 : i * 72 + 4], "little"), raw_attrs[i * 72 + 8 : i * 72 + 72])
+        (
+            int.from_bytes(raw_attrs[i * 72 : i * 72 + 4], "little"),
+            raw_attrs[i * 72 + 8 : i * 72 + 72],
+        )
         for i in range(num_attrs)
     )
     blob = bytes((ctypes.c_ubyte * sum(param_sizes)).in_dll(lib, "rec_param_bytes"))
@@ -266,7 +270,9 @@ def _grid_dim(axis: int, captures: list[RawCapture]) -> GridDim:
         if kind == "int32" and all(c.inputs[name] == v for c, v in zip(captures, values))
     ]
     if len(sources) != 1:
-        raise CaptureError(f"grid dimension {axis} varies ({values}) and no single input explains it")
+        raise CaptureError(
+            f"grid dimension {axis} varies ({values}) and no single input explains it"
+        )
     return GridDim(input=sources[0])
 
 
@@ -277,7 +283,9 @@ def _same(what: str, values: list):
 
 
 def _launch_attributes(captures: list[RawCapture]) -> tuple[LaunchAttribute, ...]:
-    ids = _same("launch attribute ids", [tuple(a for a, _ in c.launch_attributes) for c in captures])
+    ids = _same(
+        "launch attribute ids", [tuple(a for a, _ in c.launch_attributes) for c in captures]
+    )
     result = []
     for position, attr_id in enumerate(ids):
         if attr_id not in LAUNCH_ATTRIBUTES:
@@ -305,7 +313,11 @@ def _function_attributes(captures: list[RawCapture]) -> tuple[FunctionAttribute,
             if kind == _CALL_KERNEL_GET_ATTR and attr not in _EXPECTED_KERNEL_QUERIES:
                 raise CaptureError(f"the host code queries kernel attribute {attr}, not known here")
     sets = [
-        [(attr, value) for kind, attr, value in c.calls if kind in (_CALL_KERNEL_SET_ATTR, _CALL_FUNC_SET_ATTR)]
+        [
+            (attr, value)
+            for kind, attr, value in c.calls
+            if kind in (_CALL_KERNEL_SET_ATTR, _CALL_FUNC_SET_ATTR)
+        ]
         for c in captures
     ]
     ids = _same("function attributes set", [[a for a, _ in s] for s in sets])
@@ -344,7 +356,9 @@ class LaunchDescription:
     registers: int | None
 
 
-def capture_launch(exported: ExportedKernel, workdir: Path, seed: int = 0, captures: int = 3) -> LaunchDescription:
+def capture_launch(
+    exported: ExportedKernel, workdir: Path, seed: int = 0, captures: int = 3
+) -> LaunchDescription:
     """Run the differential capture and every cross-check; raise CaptureError on doubt."""
     if captures < 2:
         raise CaptureError("at least two captures are needed to tell inputs from constants")
@@ -352,7 +366,9 @@ def capture_launch(exported: ExportedKernel, workdir: Path, seed: int = 0, captu
     info = read_cubin(cubin)
     ptx_name, ptx_params = entry_params(exported.ptx.read_text())
     if info.kernel_names != (ptx_name,):
-        raise CaptureError(f"cubin kernels {info.kernel_names} differ from the PTX entry {ptx_name}")
+        raise CaptureError(
+            f"cubin kernels {info.kernel_names} differ from the PTX entry {ptx_name}"
+        )
     records = info.params[ptx_name]
     if [p.size for p in records] != [p.size for p in ptx_params]:
         raise CaptureError(
@@ -376,18 +392,27 @@ def capture_launch(exported: ExportedKernel, workdir: Path, seed: int = 0, captu
     ]
     _same("kernel name", [r.kernel_name for r in runs])
     if runs[0].kernel_name != ptx_name:
-        raise CaptureError(f"the host code launches {runs[0].kernel_name}, the cubin holds {ptx_name}")
+        raise CaptureError(
+            f"the host code launches {runs[0].kernel_name}, the cubin holds {ptx_name}"
+        )
     for run in runs:
         if run.embedded_cubins != (cubin,):
-            raise CaptureError("the cubin embedded in the host object differs from the dumped cubin")
+            raise CaptureError(
+                "the cubin embedded in the host object differs from the dumped cubin"
+            )
     block = _same("block", [r.block for r in runs])
     if ptx_name in info.required_block and info.required_block[ptx_name] != block:
-        raise CaptureError(f"block {block} differs from the cubin's .reqntid {info.required_block[ptx_name]}")
+        raise CaptureError(
+            f"block {block} differs from the cubin's .reqntid {info.required_block[ptx_name]}"
+        )
     params = tuple(
-        _classify_param(i, rec.offset, p.align, runs) for i, (rec, p) in enumerate(zip(records, ptx_params))
+        _classify_param(i, rec.offset, p.align, runs)
+        for i, (rec, p) in enumerate(zip(records, ptx_params))
     )
     launch_attributes = _launch_attributes(runs)
-    cluster = next((a.values for a in launch_attributes if a.name == "cluster_dimension"), (1, 1, 1))
+    cluster = next(
+        (a.values for a in launch_attributes if a.name == "cluster_dimension"), (1, 1, 1)
+    )
     return LaunchDescription(
         kernel_symbol=ptx_name,
         sm=info.sm,

@@ -1,0 +1,381 @@
+"""The one place that talks to the CUDA driver (``cuda.bindings.driver``).
+
+Every call goes through :func:`call`, which turns a failed ``CUresult`` into
+:class:`~nvfp4_aot.errors.CudaError` naming the operation, the result name and the
+driver's explanation. The bindings module is looked up through a swappable backend
+(:func:`use_backend`), so that tests can run the whole runtime against a fake driver
+on a machine without a GPU; the bindings are imported on first use only, which keeps
+``import nvfp4_aot`` free of CUDA.
+
+The functions here are thin: they take and return plain Python ints for device
+pointers, handles of streams and events stay whatever the backend returns.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from .errors import CudaError
+
+_backend = None
+_lock = threading.Lock()
+_initialized = False
+_contexts: dict[int, object] = {}
+
+CU_EVENT_DISABLE_TIMING = 0x2
+CU_MEMHOSTALLOC_PORTABLE = 0x1
+CU_STREAM_LEGACY = 0x1
+_CUDA_ERROR_NOT_READY = 600
+_CUDA_ERROR_INVALID_VALUE = 1
+
+# CUdevice_attribute values used here
+ATTR_MULTIPROCESSOR_COUNT = 16
+ATTR_COMPUTE_CAPABILITY_MAJOR = 75
+ATTR_COMPUTE_CAPABILITY_MINOR = 76
+ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
+# CUpointer_attribute values used here
+POINTER_ATTR_DEVICE_ORDINAL = 9
+
+
+def backend():
+    """The driver bindings in use: ``cuda.bindings.driver`` unless a test swapped it."""
+    global _backend
+    if _backend is None:
+        from cuda.bindings import driver as bindings
+
+        _backend = bindings
+    return _backend
+
+
+def use_backend(new_backend):
+    """Swap the driver bindings (``None`` restores the real ones); returns the previous.
+
+    Swapping also forgets the initialisation state and the retained contexts, so that a
+    fake starts from a clean slate.
+    """
+    global _backend, _initialized
+    with _lock:
+        previous = _backend
+        _backend = new_backend
+        _initialized = False
+        _contexts.clear()
+    return previous
+
+
+def _result_name(result) -> str:
+    name = getattr(result, "name", None)
+    if name:
+        return name
+    try:
+        err, text = backend().cuGetErrorName(result)
+        if int(err) == 0 and text:
+            return text.decode() if isinstance(text, bytes) else str(text)
+    except Exception:  # naming an error must never hide it
+        pass
+    return f"CUresult {int(result)}"
+
+
+def _result_string(result) -> str:
+    try:
+        err, text = backend().cuGetErrorString(result)
+        if int(err) == 0 and text:
+            return text.decode() if isinstance(text, bytes) else str(text)
+    except Exception:
+        pass
+    return ""
+
+
+def check(operation: str, result: tuple):
+    """Return the values of a bindings result tuple, or raise CudaError if it failed.
+
+    ``(CUDA_SUCCESS,)`` gives None, ``(CUDA_SUCCESS, x)`` gives ``x`` and longer tuples
+    give the tuple of values (cuda.core's ``handle_return``).
+    """
+    status = result[0]
+    if int(status) != 0:
+        raise CudaError(operation, _result_name(status), _result_string(status))
+    if len(result) == 1:
+        return None
+    if len(result) == 2:
+        return result[1]
+    return result[1:]
+
+
+def call(operation: str, *args):
+    """Call ``operation`` (a driver function name, e.g. ``"cuMemAlloc"``) and check it."""
+    return check(operation, getattr(backend(), operation)(*args))
+
+
+# initialisation, devices, contexts ---------------------------------------------------
+
+
+def init() -> None:
+    """``cuInit(0)`` once per process (and per backend)."""
+    global _initialized
+    if _initialized:
+        return
+    with _lock:
+        if _initialized:
+            return
+        try:
+            result = backend().cuInit(0)
+        except RuntimeError as exc:  # cuda.pathfinder: libcuda.so is not installed
+            raise CudaError(
+                "cuInit",
+                "CUDA_ERROR_NO_DEVICE",
+                f"the NVIDIA driver library could not be loaded ({exc}); nvfp4-aot needs "
+                "an NVIDIA GPU with its driver installed",
+            ) from exc
+        check("cuInit", result)
+        _initialized = True
+
+
+def device_count() -> int:
+    init()
+    return int(call("cuDeviceGetCount"))
+
+
+def device(ordinal: int):
+    init()
+    return call("cuDeviceGet", ordinal)
+
+
+def device_attribute(attribute: int, ordinal: int) -> int:
+    """``cuDeviceGetAttribute`` by numeric attribute id (as the manifest records them)."""
+    b = backend()
+    return int(call("cuDeviceGetAttribute", b.CUdevice_attribute(attribute), device(ordinal)))
+
+
+def compute_capability(ordinal: int) -> tuple[int, int]:
+    return (
+        device_attribute(ATTR_COMPUTE_CAPABILITY_MAJOR, ordinal),
+        device_attribute(ATTR_COMPUTE_CAPABILITY_MINOR, ordinal),
+    )
+
+
+def sm_count(ordinal: int) -> int:
+    return device_attribute(ATTR_MULTIPROCESSOR_COUNT, ordinal)
+
+
+def device_name(ordinal: int) -> str:
+    raw = call("cuDeviceGetName", 256, device(ordinal))
+    text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+    return text.split("\0", 1)[0]
+
+
+def activate(ordinal: int) -> None:
+    """Make the device's primary context current on this thread (retained once)."""
+    ctx = _contexts.get(ordinal)
+    if ctx is None:
+        with _lock:
+            ctx = _contexts.get(ordinal)
+            if ctx is None:
+                ctx = call("cuDevicePrimaryCtxRetain", device(ordinal))
+                _contexts[ordinal] = ctx
+    call("cuCtxSetCurrent", ctx)
+
+
+def pointer_device(pointer: int) -> int:
+    """Ordinal of the device that owns ``pointer`` (CUDA_ERROR_INVALID_VALUE if none)."""
+    b = backend()
+    return int(
+        call("cuPointerGetAttribute", b.CUpointer_attribute(POINTER_ATTR_DEVICE_ORDINAL), pointer)
+    )
+
+
+def synchronize() -> None:
+    call("cuCtxSynchronize")
+
+
+# memory --------------------------------------------------------------------------------
+
+
+def mem_alloc(size: int) -> int:
+    return int(call("cuMemAlloc", size))
+
+
+def mem_free(pointer: int) -> None:
+    call("cuMemFree", pointer)
+
+
+def host_alloc(size: int) -> int:
+    """Page-locked host memory (portable across contexts), so that copies are async."""
+    return int(call("cuMemHostAlloc", size, CU_MEMHOSTALLOC_PORTABLE))
+
+
+def host_free(pointer: int) -> None:
+    call("cuMemFreeHost", pointer)
+
+
+def memcpy_htod(dst: int, src: int, size: int) -> None:
+    call("cuMemcpyHtoD", dst, src, size)
+
+
+def memcpy_htod_async(dst: int, src: int, size: int, stream: int) -> None:
+    call("cuMemcpyHtoDAsync", dst, src, size, stream)
+
+
+def memcpy_dtoh(dst: int, src: int, size: int) -> None:
+    call("cuMemcpyDtoH", dst, src, size)
+
+
+def memset_d8(dst: int, value: int, count: int) -> None:
+    call("cuMemsetD8", dst, value, count)
+
+
+def memset_d16(dst: int, value: int, count: int) -> None:
+    call("cuMemsetD16", dst, value, count)
+
+
+# events and streams ----------------------------------------------------------------------
+
+
+def event_create():
+    return call("cuEventCreate", CU_EVENT_DISABLE_TIMING)
+
+
+def event_destroy(event) -> None:
+    call("cuEventDestroy", event)
+
+
+def event_record(event, stream: int) -> None:
+    call("cuEventRecord", event, stream)
+
+
+def event_query(event) -> bool:
+    """True when all work the event captured has completed; False while it is pending."""
+    status = backend().cuEventQuery(event)[0]
+    if int(status) == _CUDA_ERROR_NOT_READY:
+        return False
+    check("cuEventQuery", (status,))
+    return True
+
+
+def event_synchronize(event) -> None:
+    call("cuEventSynchronize", event)
+
+
+def stream_wait_event(stream: int, event) -> None:
+    call("cuStreamWaitEvent", stream, event, 0)
+
+
+def stream_synchronize(stream: int) -> None:
+    call("cuStreamSynchronize", stream)
+
+
+# modules, kernels, launches ---------------------------------------------------------------
+
+
+def library_load_data(image: bytes):
+    return call("cuLibraryLoadData", image, None, None, 0, None, None, 0)
+
+
+def library_unload(library) -> None:
+    call("cuLibraryUnload", library)
+
+
+def library_kernel_count(library) -> int:
+    return int(call("cuLibraryGetKernelCount", library))
+
+
+def library_get_kernel(library, symbol: str):
+    return call("cuLibraryGetKernel", library, symbol.encode())
+
+
+def kernel_get_function(kernel):
+    return call("cuKernelGetFunction", kernel)
+
+
+def kernel_set_attribute(kernel, attribute: int, value: int, ordinal: int) -> None:
+    b = backend()
+    call(
+        "cuKernelSetAttribute", b.CUfunction_attribute(attribute), value, kernel, device(ordinal)
+    )
+
+
+def function_set_attribute(function, attribute: int, value: int) -> None:
+    b = backend()
+    call("cuFuncSetAttribute", function, b.CUfunction_attribute(attribute), value)
+
+
+def function_attribute(function, attribute: int) -> int:
+    b = backend()
+    return int(call("cuFuncGetAttribute", b.CUfunction_attribute(attribute), function))
+
+
+def function_param_info(function) -> list[tuple[int, int]] | None:
+    """(offset, size) of every kernel parameter, or None where the driver cannot say.
+
+    ``cuFuncGetParamInfo`` (CUDA 12.4+) answers CUDA_ERROR_INVALID_VALUE past the last
+    parameter; bindings or drivers without it make this return None.
+    """
+    b = backend()
+    if not hasattr(b, "cuFuncGetParamInfo"):
+        return None
+    params = []
+    while True:
+        try:
+            result = b.cuFuncGetParamInfo(function, len(params))
+        except RuntimeError:  # the loaded libcuda lacks the symbol
+            return None
+        status = int(result[0])
+        if status == _CUDA_ERROR_INVALID_VALUE:
+            return params
+        if status != 0:
+            if not params and _result_name(result[0]) == "CUDA_ERROR_NOT_SUPPORTED":
+                return None
+            check("cuFuncGetParamInfo", result)
+        params.append((int(result[1]), int(result[2])))
+
+
+def _attribute_value(attribute, attr_id: int, values: Sequence[int]) -> None:
+    value = attribute.value
+    if attr_id == 2:
+        value.cooperative = values[0]
+    elif attr_id == 4:
+        value.clusterDim.x, value.clusterDim.y, value.clusterDim.z = values
+    elif attr_id == 5:
+        value.clusterSchedulingPolicyPreference = backend().CUclusterSchedulingPolicy(values[0])
+    elif attr_id == 6:
+        value.programmaticStreamSerializationAllowed = values[0]
+    elif attr_id == 8:
+        value.priority = values[0]
+    else:
+        raise ValueError(f"launch attribute id {attr_id} is not supported by nvfp4_aot.driver")
+
+
+def launch_config(
+    grid: Sequence[int],
+    block: Sequence[int],
+    shared_bytes: int,
+    attributes: Sequence[tuple[int, Sequence[int]]],
+):
+    """A ``CUlaunchConfig`` for ``cuLaunchKernelEx``, with ``(id, values)`` attributes.
+
+    The stream is set per launch (``config.hStream``); everything else is fixed.
+    """
+    b = backend()
+    config = b.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = block
+    config.sharedMemBytes = shared_bytes
+    config.hStream = 0
+    native = []
+    for attr_id, values in attributes:
+        attribute = b.CUlaunchAttribute()
+        attribute.id = b.CUlaunchAttributeID(attr_id)
+        _attribute_value(attribute, attr_id, values)
+        native.append(attribute)
+    config.attrs = native
+    config.numAttrs = len(native)
+    return config
+
+
+def launch(function, config, kernel_params: int) -> None:
+    """``cuLaunchKernelEx(config, function, kernel_params, 0)``.
+
+    ``kernel_params`` is the address of an array of pointers, one per kernel parameter,
+    into a packed parameter buffer (see :mod:`nvfp4_aot.plan`).
+    """
+    check("cuLaunchKernelEx", backend().cuLaunchKernelEx(config, function, kernel_params, 0))

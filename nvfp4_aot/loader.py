@@ -1,0 +1,206 @@
+"""Pick, verify and load the baked kernel variant for a device.
+
+The manifest is read and validated once per artifacts directory. For a device the
+loader keeps the variants whose compute capability equals the device's exactly ('a'
+targets such as sm_90a or sm_100a run on that one capability only) and, for a number of
+groups, picks the one with the fewest baked groups that is still enough. Before the
+driver sees a cubin its size, sha256 and ELF arch are checked: the driver accepts an
+sm_100a cubin on an sm_90 GPU and only later reports that it holds no kernels.
+
+Loading (``cuLibraryLoadData`` -> ``cuLibraryGetKernel`` -> ``cuKernelGetFunction`` in
+the device's primary context), the ABI check against ``cuFuncGetParamInfo`` and setting
+the function attributes happen once per (artifacts directory, device, variant), under a
+lock, on first use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import driver
+from .cubin import cubin_sm
+from .errors import ArtifactError, UnsupportedDeviceError
+from .manifest import Manifest, Variant, read_manifest
+from .packing import ParamPacker
+from .paths import artifacts_dir
+
+_lock = threading.RLock()
+_manifests: dict[Path, Manifest] = {}
+_kernels: dict[tuple[Path, int, str], LoadedKernel] = {}
+
+
+@dataclass(frozen=True, eq=False)
+class LoadedKernel:
+    """A variant loaded on one device, ready to launch."""
+
+    variant: Variant
+    device: int
+    library: object
+    kernel: object
+    function: object
+    packer: ParamPacker
+
+
+def resolve_dir(directory: str | Path | None = None) -> Path:
+    return (Path(directory) if directory is not None else artifacts_dir()).resolve()
+
+
+def load_manifest(directory: str | Path | None = None) -> Manifest:
+    """The validated manifest of ``directory`` (default: :func:`paths.artifacts_dir`)."""
+    path = resolve_dir(directory)
+    with _lock:
+        manifest = _manifests.get(path)
+        if manifest is None:
+            manifest = read_manifest(path)
+            _manifests[path] = manifest
+        return manifest
+
+
+def clear_caches() -> None:
+    """Forget cached manifests and loaded kernels (libraries are not unloaded)."""
+    with _lock:
+        _manifests.clear()
+        _kernels.clear()
+
+
+def baked_archs(manifest: Manifest) -> str:
+    archs = sorted({(v.arch, v.compute_capability) for v in manifest.variants})
+    if not archs:
+        return "none"
+    return ", ".join(f"{arch} (compute capability {cc[0]}.{cc[1]})" for arch, cc in archs)
+
+
+def variants_for(manifest: Manifest, capability: tuple[int, int]) -> list[Variant]:
+    """Variants that run on ``capability``, fewest groups first.
+
+    Raises
+    ------
+    UnsupportedDeviceError
+        Naming the capability and every baked arch.
+    """
+    capability = tuple(capability)
+    found = [v for v in manifest.variants if tuple(v.compute_capability) == capability]
+    if not found:
+        raise UnsupportedDeviceError(
+            f"no baked kernel runs on a device of compute capability "
+            f"{capability[0]}.{capability[1]}; the artifacts hold {baked_archs(manifest)}. "
+            "Use a GPU of one of these architectures or bake a variant for this one"
+        )
+    families = {v.family for v in found}
+    if len(families) > 1:
+        raise ArtifactError(
+            f"the manifest holds several kernel families for compute capability "
+            f"{capability[0]}.{capability[1]}: {sorted(families)}"
+        )
+    return sorted(found, key=lambda v: v.num_groups)
+
+
+def select_variant(variants: list[Variant], num_groups: int) -> Variant:
+    """The variant with the fewest baked groups that holds ``num_groups`` groups."""
+    for variant in variants:
+        if variant.num_groups >= num_groups:
+            return variant
+    raise UnsupportedDeviceError(
+        f"no baked variant holds {num_groups} groups (at most "
+        f"{variants[-1].num_groups}); split the groups into several launches"
+    )
+
+
+def read_cubin(directory: Path, variant: Variant) -> bytes:
+    """The variant's cubin after checking its size, sha256 and ELF arch."""
+    path = Path(directory) / variant.cubin
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise ArtifactError(
+            f"{path} is missing although the manifest names it; rebake the artifacts "
+            "with `python build_kernels.py` or reinstall nvfp4-aot"
+        ) from exc
+    if len(data) != variant.cubin_bytes:
+        raise ArtifactError(
+            f"{path} holds {len(data)} bytes, the manifest says {variant.cubin_bytes}: "
+            "the file is truncated or replaced; rebake or reinstall the artifacts"
+        )
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != variant.sha256:
+        raise ArtifactError(
+            f"{path} has sha256 {digest}, the manifest says {variant.sha256}: the file is "
+            "corrupt or from another bake; rebake or reinstall the artifacts"
+        )
+    sm = cubin_sm(data)
+    expected = variant.compute_capability[0] * 10 + variant.compute_capability[1]
+    if sm != expected:
+        raise ArtifactError(
+            f"{path} is compiled for sm_{sm}, but the manifest lists it as {variant.arch} "
+            f"(compute capability {variant.compute_capability[0]}."
+            f"{variant.compute_capability[1]}); the artifacts are inconsistent, rebake them"
+        )
+    return data
+
+
+def device_capability(device: int) -> tuple[int, int]:
+    count = driver.device_count()
+    if not 0 <= device < count:
+        raise UnsupportedDeviceError(f"device {device} does not exist; this machine has {count}")
+    return driver.compute_capability(device)
+
+
+def load_kernel(variant: Variant, device: int, directory: str | Path | None = None) -> LoadedKernel:
+    """Load ``variant`` on ``device`` once and return the cached handles."""
+    path = resolve_dir(directory)
+    key = (path, device, variant.name)
+    loaded = _kernels.get(key)
+    if loaded is not None:
+        return loaded
+    with _lock:
+        loaded = _kernels.get(key)
+        if loaded is None:
+            loaded = _load(path, variant, device)
+            _kernels[key] = loaded
+        return loaded
+
+
+def _load(directory: Path, variant: Variant, device: int) -> LoadedKernel:
+    capability = device_capability(device)
+    if tuple(variant.compute_capability) != capability:
+        raise UnsupportedDeviceError(
+            f"{variant.name} is built for {variant.arch}, device {device} has compute "
+            f"capability {capability[0]}.{capability[1]}"
+        )
+    image = read_cubin(directory, variant)
+    smem_limit = driver.device_attribute(driver.ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device)
+    if variant.dynamic_smem_bytes > smem_limit:
+        raise UnsupportedDeviceError(
+            f"{variant.name} needs {variant.dynamic_smem_bytes} bytes of shared memory per "
+            f"block, device {device} allows {smem_limit}"
+        )
+    driver.activate(device)
+    library = driver.library_load_data(image)
+    try:
+        kernel = driver.library_get_kernel(library, variant.kernel_symbol)
+        function = driver.kernel_get_function(kernel)
+        _check_params(variant, driver.function_param_info(function))
+        for attribute in variant.function_attributes:
+            value = attribute.value
+            if value is None:
+                value = driver.device_attribute(attribute.from_device_attribute, device)
+            driver.function_set_attribute(function, attribute.id, value)
+    except BaseException:
+        driver.library_unload(library)
+        raise
+    return LoadedKernel(variant, device, library, kernel, function, ParamPacker(variant))
+
+
+def _check_params(variant: Variant, info: list[tuple[int, int]] | None) -> None:
+    """Refuse a kernel whose parameters differ from what the manifest packs."""
+    if info is None:  # the driver cannot tell; the build cross-checked PTX and .nv.info
+        return
+    expected = [(p.offset, p.size) for p in variant.params]
+    if info != expected:
+        raise ArtifactError(
+            f"{variant.name}: the driver reports kernel parameters (offset, size) {info}, "
+            f"the manifest packs {expected}; refusing to launch, rebake the artifacts"
+        )
