@@ -95,8 +95,9 @@ def ceil_div(a, b):
 # Device helpers
 # ---------------------------------------------------------------------------
 
-# Decode one 16-element scale group: 8 FP4 bytes at [$0] and one E4M3 scale at
-# [$1] -> 16 FP16 values written as two 16-byte vectors at [$2] and [$3].
+# Decode one 16-element scale group: 8 FP4 bytes ($0, loaded by load_group) and
+# one E4M3 scale ($1) -> 16 FP16 values stored as two 16-byte vectors at shared
+# addresses $2 and $3.
 #
 # FP4 nibble (s e1 e0 m) -> E4M3 byte s000 e1e0m00 has value fp4 * 2^-6 (the
 # E2M1 subnormal 0.5 maps onto the E4M3 subnormal 2^-7, so the map is linear);
@@ -105,12 +106,11 @@ def ceil_div(a, b):
 # values in the output is a fixed permutation of the K positions inside the
 # group; A and B use the same one, so the dot product is unchanged.
 _DECODE16_PTX = """{
-.reg .b32 w0, w1, sraw, sc, c64, t0, t1, e0, e1, e2, e3;
+.reg .b32 w0, w1, sc, c64, t0, t1, e0, e1, e2, e3;
 .reg .b32 o0, o1, o2, o3, o4, o5, o6, o7;
 .reg .b16 h0, h1, h2, h3, h4, h5, h6, h7, hs, hx;
-ld.shared.v2.b32 {w0, w1}, [$0];
-ld.shared.u8 sraw, [$1];
-prmt.b32 sc, sraw, sraw, 0x0000;
+mov.b64 {w0, w1}, $0;
+prmt.b32 sc, $1, $1, 0x0000;
 mov.b32 {hs, hx}, sc;
 cvt.rn.f16x2.e4m3x2 sc, hs;
 mov.b32 c64, 0x54005400;
@@ -158,27 +158,136 @@ st.shared.v4.b32 [$3], {o4, o5, o6, o7};
 }"""
 
 
+# Alternative decode without per-element conversions: PRMT looks the FP16 high
+# byte of each FP4 magnitude up in an 8-entry table (all eight E2M1 magnitudes
+# have a zero FP16 low byte), the sign bit is ORed in, then one multiply by the
+# (exact) FP16 scale.  More integer instructions than the cvt variant but no
+# F2FP per element; which one is faster on H200 is to be measured.
+_DECODE16_PRMT_PTX = """{
+.reg .b32 w0, w1, wp, sc, tlo, thi, s0, s1, x;
+.reg .b32 o0, o1, o2, o3, o4, o5, o6, o7;
+.reg .b16 hs, hx;
+mov.b64 {w0, w1}, $0;
+prmt.b32 sc, $1, $1, 0x0000;
+mov.b32 {hs, hx}, sc;
+cvt.rn.f16x2.e4m3x2 sc, hs;
+mov.b32 tlo, 0x3E3C3800;
+mov.b32 thi, 0x46444240;
+prmt.b32 wp, w0, w0, 0x3120;
+shl.b32 s0, wp, 4;
+and.b32 s0, s0, 0x7070;
+prmt.b32 o0, tlo, thi, s0;
+shl.b32 x, w0, 12;
+and.b32 x, x, 0x80008000;
+or.b32 o0, o0, x;
+and.b32 s0, wp, 0x7070;
+prmt.b32 o1, tlo, thi, s0;
+shl.b32 x, w0, 8;
+and.b32 x, x, 0x80008000;
+or.b32 o1, o1, x;
+shr.b32 s0, wp, 12;
+and.b32 s0, s0, 0x7070;
+prmt.b32 o2, tlo, thi, s0;
+shl.b32 x, w0, 4;
+and.b32 x, x, 0x80008000;
+or.b32 o2, o2, x;
+shr.b32 s0, wp, 16;
+and.b32 s0, s0, 0x7070;
+prmt.b32 o3, tlo, thi, s0;
+and.b32 x, w0, 0x80008000;
+or.b32 o3, o3, x;
+prmt.b32 wp, w1, w1, 0x3120;
+shl.b32 s1, wp, 4;
+and.b32 s1, s1, 0x7070;
+prmt.b32 o4, tlo, thi, s1;
+shl.b32 x, w1, 12;
+and.b32 x, x, 0x80008000;
+or.b32 o4, o4, x;
+and.b32 s1, wp, 0x7070;
+prmt.b32 o5, tlo, thi, s1;
+shl.b32 x, w1, 8;
+and.b32 x, x, 0x80008000;
+or.b32 o5, o5, x;
+shr.b32 s1, wp, 12;
+and.b32 s1, s1, 0x7070;
+prmt.b32 o6, tlo, thi, s1;
+shl.b32 x, w1, 4;
+and.b32 x, x, 0x80008000;
+or.b32 o6, o6, x;
+shr.b32 s1, wp, 16;
+and.b32 s1, s1, 0x7070;
+prmt.b32 o7, tlo, thi, s1;
+and.b32 x, w1, 0x80008000;
+or.b32 o7, o7, x;
+mul.rn.f16x2 o0, o0, sc;
+mul.rn.f16x2 o1, o1, sc;
+mul.rn.f16x2 o2, o2, sc;
+mul.rn.f16x2 o3, o3, sc;
+mul.rn.f16x2 o4, o4, sc;
+mul.rn.f16x2 o5, o5, sc;
+mul.rn.f16x2 o6, o6, sc;
+mul.rn.f16x2 o7, o7, sc;
+st.shared.v4.b32 [$2], {o0, o1, o2, o3};
+st.shared.v4.b32 [$3], {o4, o5, o6, o7};
+}"""
+
+# Which decode the kernel uses ("cvt" or "prmt"); read when the kernel is traced.
+DECODE_VARIANT = "cvt"
+_DECODE_PTX = {"cvt": _DECODE16_PTX, "prmt": _DECODE16_PRMT_PTX}
+
+
 @dsl_user_op
-def decode16_fp4_to_f16(
-    raw_addr: cutlass.Int32,
-    sf_addr: cutlass.Int32,
+def load_group(raw_addr: cutlass.Int32, sf_addr: cutlass.Int32, *, loc=None, ip=None):
+    """Load one scale group from shared memory: (8 FP4 bytes as Int64, scale byte as Int32).
+
+    Kept apart from the decode so that all loads of a K tile can be issued first.
+    """
+    raw = llvm.inline_asm(
+        cutlass.Int64.mlir_type,
+        [cutlass.Int32(raw_addr).ir_value(loc=loc, ip=ip)],
+        "ld.shared.b64 $0, [$1];",
+        "=l,r,~{memory}",
+        has_side_effects=True,
+        is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT,
+        loc=loc,
+        ip=ip,
+    )
+    sf = llvm.inline_asm(
+        cutlass.Int32.mlir_type,
+        [cutlass.Int32(sf_addr).ir_value(loc=loc, ip=ip)],
+        "ld.shared.u8 $0, [$1];",
+        "=r,r,~{memory}",
+        has_side_effects=True,
+        is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT,
+        loc=loc,
+        ip=ip,
+    )
+    return cutlass.Int64(raw), cutlass.Int32(sf)
+
+
+@dsl_user_op
+def decode_group_store(
+    raw: cutlass.Int64,
+    sf: cutlass.Int32,
     dst0_addr: cutlass.Int32,
     dst1_addr: cutlass.Int32,
     *,
     loc=None,
     ip=None,
 ) -> None:
-    """Decode one scale group (shared-memory byte addresses, see _DECODE16_PTX)."""
+    """Decode one scale group and store it (see _DECODE16_PTX)."""
     llvm.inline_asm(
         None,
         [
-            cutlass.Int32(raw_addr).ir_value(loc=loc, ip=ip),
-            cutlass.Int32(sf_addr).ir_value(loc=loc, ip=ip),
+            cutlass.Int64(raw).ir_value(loc=loc, ip=ip),
+            cutlass.Int32(sf).ir_value(loc=loc, ip=ip),
             cutlass.Int32(dst0_addr).ir_value(loc=loc, ip=ip),
             cutlass.Int32(dst1_addr).ir_value(loc=loc, ip=ip),
         ],
-        _DECODE16_PTX,
-        "r,r,r,r,~{memory}",
+        _DECODE_PTX[DECODE_VARIANT],
+        "l,r,r,r,~{memory}",
         has_side_effects=True,
         is_align_stack=False,
         asm_dialect=llvm.AsmDialect.AD_ATT,
@@ -532,8 +641,8 @@ def kernel(
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
             cutlass.Float16,
             cutlass.Float16,
-            warpgroup.OperandMajorMode.K,
-            warpgroup.OperandMajorMode.K,
+            cute.nvgpu.OperandMajorMode.K,
+            cute.nvgpu.OperandMajorMode.K,
             cutlass.Float32,
             (TILE_M // 64, 1, 1),
             tiler_mn=(64, TILE_N),
@@ -605,7 +714,7 @@ def kernel(
 
                 acc.fill(0.0)
                 tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-                for k_tile in cutlass.range(k_tile_cnt, unroll=1):
+                for _k_tile in cutlass.range(k_tile_cnt, unroll=1):
                     ab_pipeline.consumer_wait(consumer_state)
                     stage = consumer_state.index
                     # Decode raw stage -> decoded buffer dec_buf.  The buffer was
@@ -617,20 +726,27 @@ def kernel(
                     sfb = sfb_base + stage * _SF_BYTES + sf_off
                     a_dst = a_dec_base + dec_buf * (_DEC_ELEMS_A * 2) + a_dec_off
                     b_dst = b_dec_base + dec_buf * (_DEC_ELEMS_B * 2) + b_dec_off
+                    # Rows r0 + 32 i: raw +32 i rows, scales +4 i bytes
+                    # ((r // 32) % 4 column of the atom), decoded +4 KB i.
+                    a_groups = []
+                    b_groups = []
                     for i in cutlass.range_constexpr(TILE_M // _ROWS_PER_PASS):
-                        # rows r0 + 32 i: raw +32 i rows, scales +4 i bytes, decoded +4 KB i
-                        decode16_fp4_to_f16(
-                            a_raw + i * _ROWS_PER_PASS * _TILE_KB,
-                            sfa + ((i * _ROWS_PER_PASS // 32) % 4) * 4,
-                            a_dst + i * (_ROWS_PER_PASS // 8) * 1024 + unit0 * 16,
-                            a_dst + i * (_ROWS_PER_PASS // 8) * 1024 + unit1 * 16,
+                        a_groups.append(
+                            load_group(a_raw + i * _ROWS_PER_PASS * _TILE_KB, sfa + i * 4)
                         )
                     for i in cutlass.range_constexpr(TILE_N // _ROWS_PER_PASS):
-                        decode16_fp4_to_f16(
-                            b_raw + i * _ROWS_PER_PASS * _TILE_KB,
-                            sfb + ((i * _ROWS_PER_PASS // 32) % 4) * 4,
-                            b_dst + i * (_ROWS_PER_PASS // 8) * 1024 + unit0 * 16,
-                            b_dst + i * (_ROWS_PER_PASS // 8) * 1024 + unit1 * 16,
+                        b_groups.append(
+                            load_group(b_raw + i * _ROWS_PER_PASS * _TILE_KB, sfb + i * 4)
+                        )
+                    for i in cutlass.range_constexpr(TILE_M // _ROWS_PER_PASS):
+                        dst = a_dst + i * (_ROWS_PER_PASS // 8) * 1024
+                        decode_group_store(
+                            a_groups[i][0], a_groups[i][1], dst + unit0 * 16, dst + unit1 * 16
+                        )
+                    for i in cutlass.range_constexpr(TILE_N // _ROWS_PER_PASS):
+                        dst = b_dst + i * (_ROWS_PER_PASS // 8) * 1024
+                        decode_group_store(
+                            b_groups[i][0], b_groups[i][1], dst + unit0 * 16, dst + unit1 * 16
                         )
                     ab_pipeline.consumer_release(consumer_state)
                     consumer_state.advance()

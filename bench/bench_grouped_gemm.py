@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""Kernel benchmark on the GPU: ours against torch baselines and measured floors.
+
+Columns (all from one run, same GPU, median of many CUDA-event timings, several input
+sets rotated to defeat the L2):
+  ours          nvfp4-aot grouped GEMM (FP4 x FP4 + E4M3 block scales -> FP16)
+  grouped_mm    torch._grouped_mm on BF16 operands dequantized ahead of time
+  naive         per group: dequantize A and B to BF16 in torch, then A @ B.T
+  mem floor     bytes the FP4 kernel must move / measured device-to-device copy rate
+  bf16 floor    2 * sum(m n k) / measured rate of an 8192^3 BF16 matmul
+Ratios are against the BF16 floor. torch is used here only as the baseline and to make
+data; the runtime under test never imports it.
+
+    python bench/bench_grouped_gemm.py [--shapes ../shared/shapes.json] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from nvfp4_aot.plan import GroupedGemmPlan  # noqa: E402
+
+FP4_VALUES = torch.tensor(
+    [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], dtype=torch.float32
+)
+
+MOE_SHAPES = [
+    # larger MoE-like shapes: many experts, decode/prefill-sized token counts per expert
+    {"name": "moe-32x128-n4096-k7168", "m": [128] * 32, "n": [4096] * 32, "k": [7168] * 32},
+    {"name": "moe-8x1024-n4096-k7168", "m": [1024] * 8, "n": [4096] * 8, "k": [7168] * 8},
+    {"name": "moe-64x256-n2048-k4096", "m": [256] * 64, "n": [2048] * 64, "k": [4096] * 64},
+]
+
+
+def blocked_index(rows: int, cols: int, device) -> torch.Tensor:
+    """Byte offset in the blocked scale layout of every (row, scale column)."""
+    r = torch.arange(rows, device=device).view(-1, 1)
+    c = torch.arange(cols, device=device).view(1, -1)
+    atoms_k = (cols + 3) // 4
+    return ((r // 128) * atoms_k + c // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4
+
+
+def blocked_bytes(rows: int, k: int) -> int:
+    return ((rows + 127) // 128) * ((k // 16 + 3) // 4) * 512
+
+
+def dequantize(packed: torch.Tensor, blocked: torch.Tensor, rows: int, k: int) -> torch.Tensor:
+    """FP4 (rows, k/2) bytes + blocked E4M3 scales -> BF16 (rows, k), exact."""
+    table = FP4_VALUES.to(packed.device)
+    lo = table[(packed & 0xF).long()]
+    hi = table[(packed >> 4).long()]
+    values = torch.stack((lo, hi), dim=-1).view(rows, k)
+    scales = blocked[blocked_index(rows, k // 16, packed.device)].view(torch.float8_e4m3fn).float()
+    return (values.view(rows, k // 16, 16) * scales.unsqueeze(-1)).view(rows, k).to(torch.bfloat16)
+
+
+def make_set(shape, device):
+    """One input set: per group A, B, SFA, SFB (device tensors), C (FP16)."""
+    groups = []
+    for m, n, k in zip(shape["m"], shape["n"], shape["k"]):
+        a = torch.randint(0, 256, (m, k // 2), dtype=torch.uint8, device=device)
+        b = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device=device)
+        # E4M3 bytes 0x28..0x37: 0.25 <= scale < 1, finite, never zero
+        sfa = torch.randint(0x28, 0x38, (blocked_bytes(m, k),), dtype=torch.uint8, device=device)
+        sfb = torch.randint(0x28, 0x38, (blocked_bytes(n, k),), dtype=torch.uint8, device=device)
+        c = torch.empty((m, n), dtype=torch.float16, device=device)
+        groups.append((a, b, c, sfa, sfb, m, n, k))
+    return groups
+
+
+def time_events(fn, sets, repeats: int) -> list[float]:
+    """Per-call milliseconds (CUDA events), cycling through the input sets."""
+    for s in sets:  # warm-up, includes any lazy load
+        fn(s)
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    for i in range(repeats):
+        s = sets[i % len(sets)]
+        starts[i].record()
+        fn(s)
+        ends[i].record()
+    torch.cuda.synchronize()
+    return [a.elapsed_time(b) for a, b in zip(starts, ends)]
+
+
+def measure_ceilings(device):
+    """Copy bandwidth (bytes read + written per second) and BF16 matmul FLOP/s."""
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, device=device).random_()
+    dst = torch.empty_like(src)
+    copy_ms = statistics.median(time_events(lambda _: dst.copy_(src), [None], 30))
+    x = torch.randn(8192, 8192, dtype=torch.bfloat16, device=device)
+    y = torch.randn(8192, 8192, dtype=torch.bfloat16, device=device)
+    mm_ms = statistics.median(time_events(lambda _: x @ y, [None], 30))
+    del src, dst, x, y
+    return 2 * n / (copy_ms * 1e-3), 2 * 8192**3 / (mm_ms * 1e-3)
+
+
+def bench_shape(shape, ceilings, device, repeats, num_sets):
+    copy_rate, bf16_rate = ceilings
+    sizes = list(zip(shape["m"], shape["n"], shape["k"]))
+    flops = sum(2 * m * n * k for m, n, k in sizes)
+    min_bytes = sum(m * k // 2 + n * k // 2 + (m + n) * k // 16 + 2 * m * n for m, n, k in sizes)
+    sets = [make_set(shape, device) for _ in range(num_sets)]
+    plan = GroupedGemmPlan(sizes, device=device.index or 0)
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def ours(s):
+        plan.run([g[0] for g in s], [g[1] for g in s], [g[2] for g in s],
+                 [g[3] for g in s], [g[4] for g in s], stream=stream)  # fmt: skip
+
+    row = {"name": shape.get("name", ""), "groups": len(sizes), "ours_ms": statistics.median(time_events(ours, sets, repeats))}
+
+    # correctness spot check of ours against torch on the first set (fp32 reference of exact BF16)
+    s = sets[0]
+    ours(s)
+    torch.cuda.synchronize()
+    worst = 0.0
+    for a, b, c, sfa, sfb, m, n, k in s:
+        ref = dequantize(a, sfa, m, k).float() @ dequantize(b, sfb, n, k).float().T
+        worst = max(worst, ((c.float() - ref).norm() / ref.norm()).item())
+    row["rel_err"] = worst
+
+    deq = [[(dequantize(a, sfa, m, k), dequantize(b, sfb, n, k)) for a, b, c, sfa, sfb, m, n, k in st] for st in sets]
+    same_nk = len({(n, k) for _, n, k in sizes}) == 1
+    if same_nk and hasattr(torch, "_grouped_mm"):
+        offs = torch.tensor([sum(shape["m"][: i + 1]) for i in range(len(sizes))], dtype=torch.int32, device=device)
+        stacked = [(torch.cat([d[0] for d in st]), torch.stack([d[1] for d in st])) for st in deq]
+        try:
+            row["grouped_mm_ms"] = statistics.median(
+                time_events(lambda i: torch._grouped_mm(stacked[i][0], stacked[i][1].transpose(-2, -1), offs=offs),
+                            list(range(num_sets)), repeats)
+            )  # fmt: skip
+        except RuntimeError as exc:
+            row["grouped_mm_error"] = str(exc).splitlines()[0][:100]
+    row["naive_ms"] = statistics.median(
+        time_events(lambda st: [dequantize(a, sfa, m, k) @ dequantize(b, sfb, n, k).T for a, b, c, sfa, sfb, m, n, k in st], sets, max(10, repeats // 10))
+    )  # fmt: skip
+    row["mem_floor_ms"] = min_bytes / copy_rate * 1e3
+    row["bf16_floor_ms"] = flops / bf16_rate * 1e3
+    row["ours_tflops"] = flops / (row["ours_ms"] * 1e-3) / 1e12
+    plan.close()
+    del sets, deq
+    torch.cuda.empty_cache()
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "shapes.json")
+    parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--sets", type=int, default=4)
+    parser.add_argument("--no-moe", action="store_true")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    device = torch.device("cuda", 0)
+    torch.manual_seed(0)
+    shapes = [dict(s, name=f"bench{i}") for i, s in enumerate(json.loads(args.shapes.read_text())["benchmarks"])]
+    if not args.no_moe:
+        shapes += MOE_SHAPES
+    ceilings = measure_ceilings(device)
+    print(f"# {torch.cuda.get_device_name(0)}: copy {ceilings[0] / 1e12:.2f} TB/s, bf16 {ceilings[1] / 1e12:.0f} TFLOP/s")
+    rows = [bench_shape(s, ceilings, device, args.repeats, args.sets) for s in shapes]
+    header = f"{'shape':24} {'G':>3} {'ours us':>9} {'x bf16fl':>8} {'grp_mm us':>9} {'naive us':>9} {'mem fl':>7} {'bf16 fl':>8} {'TFLOP/s':>7} {'rel err':>8}"
+    print(header)
+    for r in rows:
+        gm = f"{r['grouped_mm_ms'] * 1e3:9.1f}" if "grouped_mm_ms" in r else f"{'n/a':>9}"
+        print(f"{r['name']:24} {r['groups']:3d} {r['ours_ms'] * 1e3:9.1f} {r['ours_ms'] / r['bf16_floor_ms']:8.2f} {gm} "
+              f"{r['naive_ms'] * 1e3:9.1f} {r['mem_floor_ms'] * 1e3:7.1f} {r['bf16_floor_ms'] * 1e3:8.1f} {r['ours_tflops']:7.0f} {r['rel_err']:8.1e}")  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(0), "copy_Bps": ceilings[0], "bf16_flops": ceilings[1], "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
