@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from .errors import CudaError
 
 _backend = None
-_lock = threading.Lock()
+_lock = threading.RLock()  # reentrant: a plan finalised by GC inside a locked call
 _initialized = False
 _contexts: dict[int, object] = {}
 
@@ -289,9 +289,7 @@ def kernel_get_function(kernel):
 
 def kernel_set_attribute(kernel, attribute: int, value: int, ordinal: int) -> None:
     b = backend()
-    call(
-        "cuKernelSetAttribute", b.CUfunction_attribute(attribute), value, kernel, device(ordinal)
-    )
+    call("cuKernelSetAttribute", b.CUfunction_attribute(attribute), value, kernel, device(ordinal))
 
 
 def function_set_attribute(function, attribute: int, value: int) -> None:

@@ -24,8 +24,6 @@ import ctypes
 import operator
 from dataclasses import dataclass
 
-from .errors import InvalidProblemError
-
 KDL_CUDA = 2
 KDL_CUDA_MANAGED = 13
 _DEVICE_NAMES = {1: "CPU", 2: "CUDA", 3: "CUDA host", 4: "OpenCL", 7: "Vulkan", 8: "Metal",
@@ -134,11 +132,13 @@ def device_array(obj, stream: int = 0) -> DeviceArray:
     TypeError, ValueError
         Without group or field names; :func:`nvfp4_aot.plan` adds them.
     """
+    if isinstance(obj, DeviceArray):
+        return obj
     if isinstance(obj, int) and not isinstance(obj, bool):
         if obj < 0:
             raise ValueError(f"a device pointer must be >= 0, got {obj}")
         return DeviceArray(obj)
-    interface = getattr(obj, "__cuda_array_interface__", None)
+    interface = cuda_array_interface(obj)
     if interface is not None:
         return _from_cuda_array_interface(obj, interface)
     if hasattr(obj, "__dlpack__"):
@@ -149,6 +149,20 @@ def device_array(obj, stream: int = 0) -> DeviceArray:
         f"expected a device pointer (int), an object with __cuda_array_interface__ or "
         f"with __dlpack__, got {type(obj).__name__}"
     )
+
+
+def cuda_array_interface(obj) -> dict | None:
+    """``obj.__cuda_array_interface__``, or None if absent or refused while DLPack exists.
+
+    PyTorch raises from the property for dtypes it has no typestr for (float8, FP4) and
+    for tensors that require grad; DLPack describes those.
+    """
+    try:
+        return getattr(obj, "__cuda_array_interface__", None)
+    except Exception:
+        if hasattr(obj, "__dlpack__"):
+            return None
+        raise
 
 
 def _from_cuda_array_interface(obj, interface: dict) -> DeviceArray:
@@ -179,11 +193,11 @@ def _from_cuda_array_interface(obj, interface: dict) -> DeviceArray:
             strides = None
     stream = interface.get("stream") if version >= 3 else None
     return DeviceArray(
-        int(pointer or 0), shape, strides, dtype, bool(readonly), _device_of(obj), stream
+        int(pointer or 0), shape, strides, dtype, bool(readonly), device_of(obj), stream
     )
 
 
-def _device_of(obj) -> int | None:
+def device_of(obj) -> int | None:
     """Device ordinal of a CuPy (``.device.id``) or PyTorch (``.device.index``) array."""
     device = getattr(obj, "device", None)
     for attribute in ("id", "index"):
@@ -321,9 +335,11 @@ def is_dense(shape, strides) -> bool:
     """The elements fill one block of memory without gaps, in any axis order."""
     if strides is None:
         return True
+    if any(s < 0 for s in strides):
+        return False
     step = 1
     for extent, stride in sorted(
-        ((e, abs(s)) for e, s in zip(shape, strides) if e != 1), key=lambda t: t[1]
+        ((e, s) for e, s in zip(shape, strides) if e != 1), key=lambda t: t[1]
     ):
         if stride != step:
             return False
@@ -338,7 +354,14 @@ def nbytes(array: DeviceArray) -> int:
     return count * array.bits // 8
 
 
-def check_matrix(array: DeviceArray, dtypes: tuple[str, ...], rows: int, row_bytes: int, *, writable: bool = False) -> str | None:
+def check_matrix(
+    array: DeviceArray,
+    dtypes: tuple[str, ...],
+    rows: int,
+    row_bytes: int,
+    *,
+    writable: bool = False,
+) -> str | None:
     """Why ``array`` is not a packed row-major (rows, row_bytes) matrix, or None."""
     if writable and array.readonly:
         return "is read-only"
@@ -369,11 +392,3 @@ def check_scales(array: DeviceArray, dtypes: tuple[str, ...], min_bytes: int) ->
     if size < min_bytes:
         return f"must hold at least {min_bytes} bytes (blocked layout), got {size} (shape {array.shape})"
     return None
-
-
-def minimum_address(array: DeviceArray) -> int:
-    """Lowest address a dense array touches (negative strides start below ``pointer``)."""
-    if array.strides is None or array.shape is None:
-        return array.pointer
-    offset = sum((e - 1) * s for e, s in zip(array.shape, array.strides) if s < 0 and e > 0)
-    return array.pointer + offset * array.bits // 8

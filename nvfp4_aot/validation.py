@@ -41,6 +41,8 @@ from __future__ import annotations
 
 import operator
 
+import numpy as np
+
 from .errors import InvalidProblemError
 from .layouts import blocked_scale_bytes
 
@@ -134,6 +136,8 @@ def check_total_tiles(total: int) -> None:
 def check_pointer(g: int, field: str, pointer: int) -> None:
     if pointer == 0:
         raise InvalidProblemError(f"group {g}: {field} is a null pointer")
+    if pointer < 0:
+        raise InvalidProblemError(f"group {g}: {field} is not a device address: {pointer}")
     if pointer % POINTER_ALIGN:
         raise InvalidProblemError(
             f"group {g}: {field} must be {POINTER_ALIGN}-byte aligned, got address "
@@ -162,3 +166,16 @@ def check_c_disjoint(c_ranges: list[tuple[int, int, int]]) -> None:
                 f"group {second}: c overlaps group {first}'s c (0x{start:x} + {size} bytes "
                 f"reaches past 0x{next_start:x}); every group needs its own output"
             )
+
+
+def check_c_disjoint_array(starts: np.ndarray, sizes: np.ndarray) -> None:
+    """:func:`check_c_disjoint` for int64 arrays of start addresses and sizes (many groups)."""
+    order = np.argsort(starts, kind="stable")
+    ordered = starts[order]
+    overlap = np.flatnonzero(ordered[:-1] + sizes[order][:-1] > ordered[1:])
+    if overlap.size:
+        i = int(overlap[0])
+        first, second = int(order[i]), int(order[i + 1])
+        check_c_disjoint(
+            [(first, int(starts[first]), int(sizes[first])), (second, int(starts[second]), 0)]
+        )

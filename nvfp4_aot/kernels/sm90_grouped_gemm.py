@@ -2,9 +2,11 @@
 
 Hopper has no FP4 tensor cores, so every FP4 element is decoded on chip together
 with its FP8 E4M3 block scale into an FP16 value and multiplied with wgmma
-(FP16 x FP16 -> FP32).  The decode is exact: FP4 E2M1 x E4M3 has at most 6
-significant bits and lies in [2^-10, 2688], well inside FP16's normal range, and
-the wgmma products of two such values are exact in FP32.  So the result equals
+(FP16 x FP16 -> FP32).  The decode is exact: an E2M1 nibble placed at FP16 bits
+15 and 11..9 is fp4 * 2^-14, and one f16x2 multiply by scale * 2^7 gives
+fp4 * scale * 2^-7 exactly (at most 6 significant bits, >= 2^-17, an FP16
+subnormal only for scales < 2^-6).  The wgmma products of two such values are
+exact in FP32, and the epilogue multiplies by 2^14 (exact).  So the result equals
 "FP32 accumulation of exact products", like the Blackwell kernel.
 
 Per group g:  C_g[m, n] = sum_k (A_g[m, k] * SFA_g[m, k // 16]) * (B_g[n, k] * SFB_g[n, k // 16])
@@ -20,14 +22,21 @@ Data layouts (identical to the sm_100a kernel's inputs):
      K residue past the last atom.
   C  m x n FP16, row-major (row stride n).
 
-Kernel structure (one CTA per SM, persistent):
-  warps 0-7  two consumer warpgroups.  Per K tile they decode the raw FP4 bytes +
-             scales of the pipeline stage into a 128B-swizzled K-major FP16 tile
-             (double buffered), then issue wgmma; warpgroup w owns tile rows
-             [64w, 64w + 64).  Decode of K tile t overlaps the wgmma of tile t-1.
+Kernel structure (one CTA per SM, persistent).  The tile is computed transposed,
+C^T = B * A^T, so that the large weight operand B never goes through shared
+memory as FP16:
+  warps 0-7  two consumer warpgroups; warpgroup w owns weight rows [64w, 64w + 64)
+             of the TILE_N tile.  Per K tile each thread decodes its weight bytes
+             straight into registers in the wgmma A-fragment layout (two register
+             sets, even / odd K tiles), and all 256 threads together decode the
+             TILE_M activation rows into a 128B-swizzled K-major FP16 buffer (double
+             buffered) that is the wgmma B operand (N = TILE_M).  Decode of K tile t
+             overlaps the wgmma of K tile t-1.  A fixed permutation of the 128 K
+             positions of a tile, the same for both operands, makes the register
+             decode cheap (see the consumer section).
   warp 8     producer: per-CTA tensormaps (A, B, SFA, SFB) updated in global
-             memory whenever the group changes, TMA loads into a NUM_STAGES-deep
-             mbarrier pipeline.
+             memory whenever the group changes, TMA loads of raw FP4 + scales into
+             a NUM_STAGES-deep mbarrier pipeline.
 Tiles are scheduled like the sm_100a kernel: tile t of group g has
 cta_rest = t - prefix[g], coord_m = cta_rest % ceil(m / TILE_M),
 coord_n = cta_rest // ceil(m / TILE_M); CTA b processes the contiguous tile range
@@ -54,14 +63,16 @@ from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 FAMILY = "sm90_nvfp4_grouped_gemm"
 ARCHS = ("sm_90a",)
 
-# CTA tile (M x N x K in FP4 elements).
+# CTA tile (M x N x K in FP4 elements).  M runs along the activations A (the
+# wgmma N dimension), N along the weights B (the wgmma M dimension: 64 rows per
+# consumer warpgroup).
 TILE_M = 128
 TILE_N = 128
 TILE_K = 128
-NUM_STAGES = 4  # raw (FP4 + scale) TMA pipeline depth
-NUM_DEC_BUFFERS = 2  # decoded FP16 operand buffers (fixed: see the consumer loop)
+NUM_STAGES = 6  # raw (FP4 + scale) TMA pipeline depth
+NUM_DEC_BUFFERS = 2  # decoded FP16 activation buffers (fixed: see the consumer loop)
 
-NUM_CONSUMER_WARPS = 8  # two warpgroups, 64 tile rows each
+NUM_CONSUMER_WARPS = 8  # two warpgroups, 64 weight rows each
 PRODUCER_WARP = NUM_CONSUMER_WARPS
 NUM_CONSUMER_THREADS = NUM_CONSUMER_WARPS * 32
 THREADS = NUM_CONSUMER_THREADS + 32
@@ -69,6 +80,7 @@ THREADS = NUM_CONSUMER_THREADS + 32
 SF_VEC = 16  # FP4 elements per scale
 BYTES_PER_TENSORMAP = 128
 NUM_TENSORMAPS = 4  # A, B, SFA, SFB (workspace row is [4, 16] int64)
+ACC_RESCALE = 16384.0  # 2^14 = 1 / (2^-7 * 2^-7): undoes the decode's scaling
 
 # Derived sizes (bytes unless noted).
 _TILE_KB = TILE_K // 2  # FP4 bytes per tile row
@@ -77,14 +89,12 @@ _A_RAW_BYTES = TILE_M * _TILE_KB
 _B_RAW_BYTES = TILE_N * _TILE_KB
 _SF_BYTES = _SF_HALVES * 256
 _DEC_ELEMS_A = TILE_M * TILE_K
-_DEC_ELEMS_B = TILE_N * TILE_K
 _TMA_BYTES_PER_STAGE = _A_RAW_BYTES + _B_RAW_BYTES + 2 * _SF_BYTES
-_CHUNKS_PER_ROW = TILE_K // SF_VEC  # 16-element scale groups per tile row
-_ROWS_PER_PASS = NUM_CONSUMER_THREADS // _CHUNKS_PER_ROW
+_ACT_TASKS = TILE_M * 4 // NUM_CONSUMER_THREADS  # (row, 16-byte chunk) tasks per thread
 
 assert TILE_M == 128 and TILE_N == 128, "one 128-row scale block per tile"
-assert TILE_K % 64 == 0 and TILE_K <= 256
-assert TILE_M % _ROWS_PER_PASS == 0 and TILE_N % _ROWS_PER_PASS == 0
+assert TILE_K == 128, "the register decode maps one 64-byte row onto 8 k16 blocks"
+assert TILE_N == 64 * (NUM_CONSUMER_WARPS // 4)
 
 
 def ceil_div(a, b):
@@ -95,205 +105,121 @@ def ceil_div(a, b):
 # Device helpers
 # ---------------------------------------------------------------------------
 
-# Decode one 16-element scale group: 8 FP4 bytes ($0, loaded by load_group) and
-# one E4M3 scale ($1) -> 16 FP16 values stored as two 16-byte vectors at shared
-# addresses $2 and $3.
+# Decode one 32-bit word of 8 FP4 values (nibbles q0..q7, q0 lowest) into four
+# f16x2 registers: register s holds (q_s, q_{s+4}) times the scale.
 #
-# FP4 nibble (s e1 e0 m) -> E4M3 byte s000 e1e0m00 has value fp4 * 2^-6 (the
-# E2M1 subnormal 0.5 maps onto the E4M3 subnormal 2^-7, so the map is linear);
-# cvt.rn.f16x2.e4m3x2 turns two such bytes into exact FP16s, and one multiply by
-# scale * 2^6 (exact, <= 28672) gives the exact product.  The order of the 16
-# values in the output is a fixed permutation of the K positions inside the
-# group; A and B use the same one, so the dot product is unchanged.
-_DECODE16_PTX = """{
-.reg .b32 w0, w1, sc, c64, t0, t1, e0, e1, e2, e3;
-.reg .b32 o0, o1, o2, o3, o4, o5, o6, o7;
-.reg .b16 h0, h1, h2, h3, h4, h5, h6, h7, hs, hx;
-mov.b64 {w0, w1}, $0;
-prmt.b32 sc, $1, $1, 0x0000;
-mov.b32 {hs, hx}, sc;
-cvt.rn.f16x2.e4m3x2 sc, hs;
-mov.b32 c64, 0x54005400;
-mul.rn.f16x2 sc, sc, c64;
-shl.b32 t0, w0, 4;
-and.b32 t0, t0, 0x80808080;
-shl.b32 t1, w0, 2;
-and.b32 t1, t1, 0x1C1C1C1C;
-or.b32 e0, t0, t1;
-and.b32 t0, w0, 0x80808080;
-shr.b32 t1, w0, 2;
-and.b32 t1, t1, 0x1C1C1C1C;
-or.b32 e1, t0, t1;
-shl.b32 t0, w1, 4;
-and.b32 t0, t0, 0x80808080;
-shl.b32 t1, w1, 2;
-and.b32 t1, t1, 0x1C1C1C1C;
-or.b32 e2, t0, t1;
-and.b32 t0, w1, 0x80808080;
-shr.b32 t1, w1, 2;
-and.b32 t1, t1, 0x1C1C1C1C;
-or.b32 e3, t0, t1;
-mov.b32 {h0, h1}, e0;
-mov.b32 {h2, h3}, e1;
-mov.b32 {h4, h5}, e2;
-mov.b32 {h6, h7}, e3;
-cvt.rn.f16x2.e4m3x2 o0, h0;
-cvt.rn.f16x2.e4m3x2 o1, h1;
-cvt.rn.f16x2.e4m3x2 o2, h2;
-cvt.rn.f16x2.e4m3x2 o3, h3;
-cvt.rn.f16x2.e4m3x2 o4, h4;
-cvt.rn.f16x2.e4m3x2 o5, h5;
-cvt.rn.f16x2.e4m3x2 o6, h6;
-cvt.rn.f16x2.e4m3x2 o7, h7;
-mul.rn.f16x2 o0, o0, sc;
-mul.rn.f16x2 o1, o1, sc;
-mul.rn.f16x2 o2, o2, sc;
-mul.rn.f16x2 o3, o3, sc;
-mul.rn.f16x2 o4, o4, sc;
-mul.rn.f16x2 o5, o5, sc;
-mul.rn.f16x2 o6, o6, sc;
-mul.rn.f16x2 o7, o7, sc;
-st.shared.v4.b32 [$2], {o0, o1, o2, o3};
-st.shared.v4.b32 [$3], {o4, o5, o6, o7};
+# An E2M1 nibble (s e1 e0 m) placed at FP16 bits 15 and 11..9 is exactly
+# fp4 * 2^-14 (E2M1's subnormal 0.5 lands on the FP16 subnormal 2^-15, so the map
+# is linear).  One multiply by the f16x2 scale (E4M3 * 2^7, exact, <= 57344)
+# gives fp4 * scale * 2^-7 exactly (>= 2^-17, at most 6 significant bits); the
+# sign is ORed in afterwards.  The epilogue multiplies the accumulator by 2^14.
+_DECODE_WORD_PTX = """{
+.reg .b32 m0, m1, m2, m3, s0, s1, s2;
+shl.b32 m0, $4, 9;
+and.b32 m0, m0, 0x0E000E00;
+shl.b32 m1, $4, 5;
+and.b32 m1, m1, 0x0E000E00;
+shl.b32 m2, $4, 1;
+and.b32 m2, m2, 0x0E000E00;
+shr.b32 m3, $4, 3;
+and.b32 m3, m3, 0x0E000E00;
+mul.rn.f16x2 m0, m0, $5;
+mul.rn.f16x2 m1, m1, $5;
+mul.rn.f16x2 m2, m2, $5;
+mul.rn.f16x2 m3, m3, $5;
+shl.b32 s0, $4, 12;
+shl.b32 s1, $4, 8;
+shl.b32 s2, $4, 4;
+lop3.b32 $0, s0, 0x80008000, m0, 0xEA;
+lop3.b32 $1, s1, 0x80008000, m1, 0xEA;
+lop3.b32 $2, s2, 0x80008000, m2, 0xEA;
+lop3.b32 $3, $4, 0x80008000, m3, 0xEA;
+}"""
+
+# Two consecutive E4M3 scale bytes (low byte first) -> two f16x2 registers holding
+# (scale0 * 2^7, scale0 * 2^7) and (scale1 * 2^7, scale1 * 2^7).
+_DECODE_SCALES_PTX = """{
+.reg .b16 h;
+.reg .b32 x, c;
+cvt.u16.u32 h, $2;
+cvt.rn.f16x2.e4m3x2 x, h;
+mov.b32 c, 0x58005800;
+mul.rn.f16x2 x, x, c;
+prmt.b32 $0, x, x, 0x1010;
+prmt.b32 $1, x, x, 0x3232;
 }"""
 
 
-# Alternative decode without per-element conversions: PRMT looks the FP16 high
-# byte of each FP4 magnitude up in an 8-entry table (all eight E2M1 magnitudes
-# have a zero FP16 low byte), the sign bit is ORed in, then one multiply by the
-# (exact) FP16 scale.  More integer instructions than the cvt variant but no
-# F2FP per element; which one is faster on H200 is to be measured.
-_DECODE16_PRMT_PTX = """{
-.reg .b32 w0, w1, wp, sc, tlo, thi, s0, s1, x;
-.reg .b32 o0, o1, o2, o3, o4, o5, o6, o7;
-.reg .b16 hs, hx;
-mov.b64 {w0, w1}, $0;
-prmt.b32 sc, $1, $1, 0x0000;
-mov.b32 {hs, hx}, sc;
-cvt.rn.f16x2.e4m3x2 sc, hs;
-mov.b32 tlo, 0x3E3C3800;
-mov.b32 thi, 0x46444240;
-prmt.b32 wp, w0, w0, 0x3120;
-shl.b32 s0, wp, 4;
-and.b32 s0, s0, 0x7070;
-prmt.b32 o0, tlo, thi, s0;
-shl.b32 x, w0, 12;
-and.b32 x, x, 0x80008000;
-or.b32 o0, o0, x;
-and.b32 s0, wp, 0x7070;
-prmt.b32 o1, tlo, thi, s0;
-shl.b32 x, w0, 8;
-and.b32 x, x, 0x80008000;
-or.b32 o1, o1, x;
-shr.b32 s0, wp, 12;
-and.b32 s0, s0, 0x7070;
-prmt.b32 o2, tlo, thi, s0;
-shl.b32 x, w0, 4;
-and.b32 x, x, 0x80008000;
-or.b32 o2, o2, x;
-shr.b32 s0, wp, 16;
-and.b32 s0, s0, 0x7070;
-prmt.b32 o3, tlo, thi, s0;
-and.b32 x, w0, 0x80008000;
-or.b32 o3, o3, x;
-prmt.b32 wp, w1, w1, 0x3120;
-shl.b32 s1, wp, 4;
-and.b32 s1, s1, 0x7070;
-prmt.b32 o4, tlo, thi, s1;
-shl.b32 x, w1, 12;
-and.b32 x, x, 0x80008000;
-or.b32 o4, o4, x;
-and.b32 s1, wp, 0x7070;
-prmt.b32 o5, tlo, thi, s1;
-shl.b32 x, w1, 8;
-and.b32 x, x, 0x80008000;
-or.b32 o5, o5, x;
-shr.b32 s1, wp, 12;
-and.b32 s1, s1, 0x7070;
-prmt.b32 o6, tlo, thi, s1;
-shl.b32 x, w1, 4;
-and.b32 x, x, 0x80008000;
-or.b32 o6, o6, x;
-shr.b32 s1, wp, 16;
-and.b32 s1, s1, 0x7070;
-prmt.b32 o7, tlo, thi, s1;
-and.b32 x, w1, 0x80008000;
-or.b32 o7, o7, x;
-mul.rn.f16x2 o0, o0, sc;
-mul.rn.f16x2 o1, o1, sc;
-mul.rn.f16x2 o2, o2, sc;
-mul.rn.f16x2 o3, o3, sc;
-mul.rn.f16x2 o4, o4, sc;
-mul.rn.f16x2 o5, o5, sc;
-mul.rn.f16x2 o6, o6, sc;
-mul.rn.f16x2 o7, o7, sc;
-st.shared.v4.b32 [$2], {o0, o1, o2, o3};
-st.shared.v4.b32 [$3], {o4, o5, o6, o7};
-}"""
+def _i32(v, loc, ip):
+    return cutlass.Int32(v).ir_value(loc=loc, ip=ip)
 
-# Which decode the kernel uses ("cvt" or "prmt"); read when the kernel is traced.
-DECODE_VARIANT = "cvt"
-_DECODE_PTX = {"cvt": _DECODE16_PTX, "prmt": _DECODE16_PRMT_PTX}
+
+def _struct_i32(n):
+    return llvm.StructType.get_literal([cutlass.Int32.mlir_type] * n)
+
+
+def _unpack(res, n, loc, ip):
+    return [
+        cutlass.Int32(llvm.extractvalue(cutlass.Int32.mlir_type, res, [i], loc=loc, ip=ip))
+        for i in range(n)
+    ]
 
 
 @dsl_user_op
-def load_group(raw_addr: cutlass.Int32, sf_addr: cutlass.Int32, *, loc=None, ip=None):
-    """Load one scale group from shared memory: (8 FP4 bytes as Int64, scale byte as Int32).
-
-    Kept apart from the decode so that all loads of a K tile can be issued first.
-    """
-    raw = llvm.inline_asm(
-        cutlass.Int64.mlir_type,
-        [cutlass.Int32(raw_addr).ir_value(loc=loc, ip=ip)],
-        "ld.shared.b64 $0, [$1];",
-        "=l,r,~{memory}",
-        has_side_effects=True,
-        is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT,
-        loc=loc,
-        ip=ip,
+def lds_v4(addr: cutlass.Int32, *, loc=None, ip=None):
+    """16-byte shared load -> 4 Int32."""
+    res = llvm.inline_asm(
+        _struct_i32(4), [_i32(addr, loc, ip)],
+        "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,r,~{memory}",
+        has_side_effects=True, is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip,
     )
-    sf = llvm.inline_asm(
-        cutlass.Int32.mlir_type,
-        [cutlass.Int32(sf_addr).ir_value(loc=loc, ip=ip)],
-        "ld.shared.u8 $0, [$1];",
-        "=r,r,~{memory}",
-        has_side_effects=True,
-        is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT,
-        loc=loc,
-        ip=ip,
-    )
-    return cutlass.Int64(raw), cutlass.Int32(sf)
+    return _unpack(res, 4, loc, ip)
 
 
 @dsl_user_op
-def decode_group_store(
-    raw: cutlass.Int64,
-    sf: cutlass.Int32,
-    dst0_addr: cutlass.Int32,
-    dst1_addr: cutlass.Int32,
-    *,
-    loc=None,
-    ip=None,
-) -> None:
-    """Decode one scale group and store it (see _DECODE16_PTX)."""
+def lds_u16(addr: cutlass.Int32, *, loc=None, ip=None) -> cutlass.Int32:
+    """2-byte shared load, zero extended."""
+    return cutlass.Int32(llvm.inline_asm(
+        cutlass.Int32.mlir_type, [_i32(addr, loc, ip)],
+        "ld.shared.u16 $0, [$1];", "=r,r,~{memory}",
+        has_side_effects=True, is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip,
+    ))
+
+
+@dsl_user_op
+def sts_b32(addr: cutlass.Int32, val: cutlass.Int32, *, loc=None, ip=None) -> None:
     llvm.inline_asm(
-        None,
-        [
-            cutlass.Int64(raw).ir_value(loc=loc, ip=ip),
-            cutlass.Int32(sf).ir_value(loc=loc, ip=ip),
-            cutlass.Int32(dst0_addr).ir_value(loc=loc, ip=ip),
-            cutlass.Int32(dst1_addr).ir_value(loc=loc, ip=ip),
-        ],
-        _DECODE_PTX[DECODE_VARIANT],
-        "l,r,r,r,~{memory}",
-        has_side_effects=True,
-        is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT,
-        loc=loc,
-        ip=ip,
+        None, [_i32(addr, loc, ip), _i32(val, loc, ip)],
+        "st.shared.b32 [$0], $1;", "r,r,~{memory}",
+        has_side_effects=True, is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip,
     )
+
+
+@dsl_user_op
+def decode_word(word: cutlass.Int32, scale2: cutlass.Int32, *, loc=None, ip=None):
+    """8 FP4 values -> 4 f16x2 (see _DECODE_WORD_PTX)."""
+    res = llvm.inline_asm(
+        _struct_i32(4), [_i32(word, loc, ip), _i32(scale2, loc, ip)],
+        _DECODE_WORD_PTX, "=r,=r,=r,=r,r,r",
+        has_side_effects=False, is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip,
+    )
+    return _unpack(res, 4, loc, ip)
+
+
+@dsl_user_op
+def decode_scales(sf_pair: cutlass.Int32, *, loc=None, ip=None):
+    """Two E4M3 bytes -> two broadcast f16x2 scales times 2^7."""
+    res = llvm.inline_asm(
+        _struct_i32(2), [_i32(sf_pair, loc, ip)],
+        _DECODE_SCALES_PTX, "=r,=r,r",
+        has_side_effects=False, is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip,
+    )
+    return _unpack(res, 2, loc, ip)
 
 
 @cute.jit
@@ -429,12 +355,9 @@ def kernel(
         sSFB_raw: cute.struct.Align[
             cute.struct.MemRange[cutlass.Uint8, NUM_STAGES * _SF_BYTES], 1024
         ]
-        # Decoded FP16 operands, K-major 128B-swizzled wgmma layout.
+        # Decoded FP16 activations (the wgmma B operand), K-major 128B-swizzled.
         sA_dec: cute.struct.Align[
             cute.struct.MemRange[cutlass.Float16, NUM_DEC_BUFFERS * _DEC_ELEMS_A], 1024
-        ]
-        sB_dec: cute.struct.Align[
-            cute.struct.MemRange[cutlass.Float16, NUM_DEC_BUFFERS * _DEC_ELEMS_B], 1024
         ]
 
     smem = SmemAllocator()
@@ -456,7 +379,7 @@ def kernel(
     sSFA_raw = storage.sSFA_raw.get_tensor(sf_stage_layout)
     sSFB_raw = storage.sSFB_raw.get_tensor(sf_stage_layout)
 
-    # Decoded operand buffers: S<3,4,3> (byte-address 128B swizzle) o (8,64) atoms.
+    # Decoded activation buffers: S<3,4,3> (byte-address 128B swizzle) o (8,64) atoms.
     a_dec_layout = cute.tile_to_shape(
         warpgroup.make_smem_layout_atom(
             warpgroup.SmemLayoutAtomKind.K_SW128, cutlass.Float16
@@ -464,17 +387,8 @@ def kernel(
         (TILE_M, TILE_K, NUM_DEC_BUFFERS),
         order=(0, 1, 2),
     )
-    b_dec_layout = cute.tile_to_shape(
-        warpgroup.make_smem_layout_atom(
-            warpgroup.SmemLayoutAtomKind.K_SW128, cutlass.Float16
-        ),
-        (TILE_N, TILE_K, NUM_DEC_BUFFERS),
-        order=(0, 1, 2),
-    )
     # (TILE_M, TILE_K, DEC_BUF)
     sA_dec = storage.sA_dec.get_tensor(a_dec_layout.outer, swizzle=a_dec_layout.inner)
-    # (TILE_N, TILE_K, DEC_BUF)
-    sB_dec = storage.sB_dec.get_tensor(b_dec_layout.outer, swizzle=b_dec_layout.inner)
 
     #
     # Mainloop pipeline: producer = TMA (1 arrive + tx bytes), consumer = one
@@ -635,7 +549,19 @@ def kernel(
             ab_pipeline.producer_tail(producer_state)
 
     #
-    # Consumer warpgroups: decode FP4 -> FP16, wgmma, epilogue.
+    # Consumer warpgroups.  The product is computed transposed, C^T = B * A^T:
+    # the weights B (TILE_N rows) are the wgmma A operand, decoded straight from
+    # the raw stage into registers in the wgmma A-fragment layout; the
+    # activations A (TILE_M rows) are decoded once per CTA into a swizzled FP16
+    # buffer that is the wgmma B operand (N = TILE_M).
+    #
+    # K permutation.  Inside a K tile both operands use the same permutation of
+    # the 128 K positions, so the dot products are unchanged (every element is
+    # multiplied by its own scale while it is decoded).  Thread lane l holds
+    # fragment columns kk = 2c, 2c+1, 2c+8, 2c+9 (c = l % 4) of every k16 block
+    # kb; we let them be raw bytes [16c, 16c + 16) of the row, read as words
+    # W[0..3]: physical (kb, kk = 2c + 8h + e) <- nibble s + 4e of W[kb // 2]
+    # with s = 2 (kb % 2) + h.  decode_word(W[w]) yields the four s registers.
     #
     if warp_idx < NUM_CONSUMER_WARPS:
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
@@ -644,52 +570,61 @@ def kernel(
             cute.nvgpu.OperandMajorMode.K,
             cute.nvgpu.OperandMajorMode.K,
             cutlass.Float32,
-            (TILE_M // 64, 1, 1),
-            tiler_mn=(64, TILE_N),
+            (TILE_N // 64, 1, 1),
+            tiler_mn=(64, TILE_M),
+            a_source=warpgroup.OperandSource.RMEM,
         )
         thr_mma = tiled_mma.get_slice(tidx)
-        # (MMA, MMA_M, MMA_K, DEC_BUF)
-        tCsA = thr_mma.partition_A(sA_dec)
-        tCsB = thr_mma.partition_B(sB_dec)
-        tCrA = tiled_mma.make_fragment_A(tCsA)
+        # (MMA, MMA_N, MMA_K, DEC_BUF)
+        tCsB = thr_mma.partition_B(sA_dec)
         tCrB = tiled_mma.make_fragment_B(tCsB)
-        num_k_blocks = cute.size(tCrA, mode=[2])
-        # (MMA, MMA_M, MMA_N)
-        acc = cute.make_rmem_tensor(
-            thr_mma.partition_shape_C((TILE_M, TILE_N)), cutlass.Float32
+        # Two register sets for the weights (even / odd K tiles): one is read
+        # by the wgmma in flight while the other is decoded.
+        # (MMA, MMA_M, MMA_K)
+        tCrA0 = tiled_mma.make_fragment_A(thr_mma.partition_shape_A((TILE_N, TILE_K)))
+        tCrA1 = tiled_mma.make_fragment_A(thr_mma.partition_shape_A((TILE_N, TILE_K)))
+        tCrA_sets = (tCrA0, tCrA1)
+        tCrA_regs = (
+            cute.recast_tensor(tCrA0, cutlass.Int32),
+            cute.recast_tensor(tCrA1, cutlass.Int32),
         )
-        # Tile-relative (row, col) of every accumulator element.
-        tCcC = thr_mma.partition_C(cute.make_identity_tensor((TILE_M, TILE_N)))
+        num_k_blocks = cute.size(tCrA0, mode=[2])
+        # (MMA, MMA_M, MMA_N): C^T tile, rows along n, columns along m
+        acc = cute.make_rmem_tensor(
+            thr_mma.partition_shape_C((TILE_N, TILE_M)), cutlass.Float32
+        )
+        # Tile-relative (n, m) of every accumulator element.
+        tCcC = thr_mma.partition_C(cute.make_identity_tensor((TILE_N, TILE_M)))
 
         consumer_bar = pipeline.NamedBarrier(barrier_id=1, num_threads=NUM_CONSUMER_THREADS)
         consumer_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Consumer, NUM_STAGES
         )
 
-        # Decode work split: thread t handles scale group g = t % 8 of rows
-        # t // 8 + 32 * i.  Shared-memory byte addresses (all loop invariant
-        # except for the stage / buffer offsets).
-        dec_g = tidx % _CHUNKS_PER_ROW
-        dec_r0 = tidx // _CHUNKS_PER_ROW
         a_raw_base = storage.sA_raw.data_ptr().toint()
         b_raw_base = storage.sB_raw.data_ptr().toint()
         sfa_base = storage.sSFA_raw.data_ptr().toint()
         sfb_base = storage.sSFB_raw.data_ptr().toint()
         a_dec_base = storage.sA_dec.data_ptr().toint()
-        b_dec_base = storage.sB_dec.data_ptr().toint()
-        raw_off = dec_r0 * _TILE_KB + dec_g * 8
-        # blocked layout: byte = (g // 4) * 512 + (r % 32) * 16 + ((r // 32) % 4) * 4 + g % 4
-        sf_off = (dec_g // 4) * 512 + (dec_r0 % 32) * 16 + (dec_g % 4)
-        # 128B swizzle: byte = (k // 64) * rows * 128 + (r // 8) * 1024 + (r % 8) * 128
-        #               + (((k % 64) // 8) ^ (r % 8)) * 16 ; k = 16 g (+ 8)
-        rr = dec_r0 % 8
-        unit0 = ((dec_g % 4) * 2) ^ rr
-        unit1 = ((dec_g % 4) * 2 + 1) ^ rr
-        dec_row_off = (dec_r0 // 8) * 1024 + rr * 128
-        a_dec_off = (dec_g // 4) * (TILE_M * 128) + dec_row_off
-        b_dec_off = (dec_g // 4) * (TILE_N * 128) + dec_row_off
 
-        dec_buf = cutlass.Int32(0)
+        # Blocked scale layout: the scales of groups 2c, 2c+1 of row r are the
+        # two bytes at (c // 2) * 512 + (r % 32) * 16 + ((r // 32) % 4) * 4 + 2 (c % 2).
+        lane = tidx % 32
+        chunk = lane % 4
+        chunk_sf_off = (chunk // 2) * 512 + (chunk % 2) * 2
+        # Weights: rows w_row and w_row + 8 of the tile (wgmma A fragment rows).
+        w_row = (tidx // 128) * 64 + ((tidx % 128) // 32) * 16 + lane // 4
+        w_raw_off = w_row * _TILE_KB + chunk * 16
+        w_sf_off = chunk_sf_off + (w_row % 32) * 16 + ((w_row // 32) % 4) * 4
+        # Activations: task i is row a_row + 64 i, bytes [16 c, 16 c + 16).
+        a_row = tidx // 4
+        a_raw_off = a_row * _TILE_KB + chunk * 16
+        a_sf_off = chunk_sf_off + (a_row % 32) * 16 + ((a_row // 32) % 4) * 4
+        # 128B swizzle: byte = (k // 64) * TILE_M * 128 + (r // 8) * 1024 + (r % 8) * 128
+        #               + (((k % 64) // 8) ^ (r % 8)) * 16 + (k % 8) * 2
+        a_rr = a_row % 8
+        a_dec_row_off = (a_row // 8) * 1024 + a_rr * 128 + chunk * 4
+
         if tile_start < tile_end:
             tile_idx = tile_start
             group_idx = find_group(tensor_of_cta_prefix, tile_idx, num_groups)
@@ -714,62 +649,77 @@ def kernel(
 
                 acc.fill(0.0)
                 tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-                for _k_tile in cutlass.range(k_tile_cnt, unroll=1):
-                    ab_pipeline.consumer_wait(consumer_state)
-                    stage = consumer_state.index
-                    # Decode raw stage -> decoded buffer dec_buf.  The buffer was
-                    # last read by the wgmma two K tiles ago, which every consumer
-                    # thread waited for before the previous barrier.
-                    a_raw = a_raw_base + stage * _A_RAW_BYTES + raw_off
-                    b_raw = b_raw_base + stage * _B_RAW_BYTES + raw_off
-                    sfa = sfa_base + stage * _SF_BYTES + sf_off
-                    sfb = sfb_base + stage * _SF_BYTES + sf_off
-                    a_dst = a_dec_base + dec_buf * (_DEC_ELEMS_A * 2) + a_dec_off
-                    b_dst = b_dec_base + dec_buf * (_DEC_ELEMS_B * 2) + b_dec_off
-                    # Rows r0 + 32 i: raw +32 i rows, scales +4 i bytes
-                    # ((r // 32) % 4 column of the atom), decoded +4 KB i.
-                    a_groups = []
-                    b_groups = []
-                    for i in cutlass.range_constexpr(TILE_M // _ROWS_PER_PASS):
-                        a_groups.append(
-                            load_group(a_raw + i * _ROWS_PER_PASS * _TILE_KB, sfa + i * 4)
-                        )
-                    for i in cutlass.range_constexpr(TILE_N // _ROWS_PER_PASS):
-                        b_groups.append(
-                            load_group(b_raw + i * _ROWS_PER_PASS * _TILE_KB, sfb + i * 4)
-                        )
-                    for i in cutlass.range_constexpr(TILE_M // _ROWS_PER_PASS):
-                        dst = a_dst + i * (_ROWS_PER_PASS // 8) * 1024
-                        decode_group_store(
-                            a_groups[i][0], a_groups[i][1], dst + unit0 * 16, dst + unit1 * 16
-                        )
-                    for i in cutlass.range_constexpr(TILE_N // _ROWS_PER_PASS):
-                        dst = b_dst + i * (_ROWS_PER_PASS // 8) * 1024
-                        decode_group_store(
-                            b_groups[i][0], b_groups[i][1], dst + unit0 * 16, dst + unit1 * 16
-                        )
-                    ab_pipeline.consumer_release(consumer_state)
-                    consumer_state.advance()
-                    # Make the generic-proxy stores visible to wgmma (async proxy),
-                    # retire our previous wgmma, then sync both warpgroups.
-                    cute.arch.fence_proxy("async.shared", space="cta")
-                    warpgroup.wait_group(0)
-                    consumer_bar.arrive_and_wait()
-                    warpgroup.fence()
-                    for kb in cutlass.range_constexpr(num_k_blocks):
-                        cute.gemm(
-                            tiled_mma,
-                            acc,
-                            tCrA[(None, None, kb, dec_buf)],
-                            tCrB[(None, None, kb, dec_buf)],
-                            acc,
-                        )
-                    warpgroup.commit_group()
-                    dec_buf = dec_buf ^ 1
+                # K tiles in pairs: decoded buffer and weight register set are
+                # compile-time per half.  Every K tile: decode (overlapping the
+                # previous K tile's wgmma), retire that wgmma, barrier, issue.
+                for k_pair in cutlass.range((k_tile_cnt + 1) // 2, unroll=1):
+                    for half in cutlass.range_constexpr(2):
+                        if k_pair * 2 + half < k_tile_cnt:
+                            ab_pipeline.consumer_wait(consumer_state)
+                            stage = consumer_state.index
+                            a_raw = a_raw_base + stage * _A_RAW_BYTES + a_raw_off
+                            sfa = sfa_base + stage * _SF_BYTES + a_sf_off
+                            b_raw = b_raw_base + stage * _B_RAW_BYTES + w_raw_off
+                            sfb = sfb_base + stage * _SF_BYTES + w_sf_off
+                            a_dst = a_dec_base + half * (_DEC_ELEMS_A * 2) + a_dec_row_off
+                            # Raw loads first.
+                            a_words = []
+                            a_sfs = []
+                            for i in cutlass.range_constexpr(_ACT_TASKS):
+                                a_words.append(lds_v4(a_raw + i * 64 * _TILE_KB))
+                                a_sfs.append(lds_u16(sfa + i * 8))
+                            w_words = []
+                            w_sfs = []
+                            for r8 in cutlass.range_constexpr(2):
+                                w_words.append(lds_v4(b_raw + r8 * 8 * _TILE_KB))
+                                w_sfs.append(lds_u16(sfb + r8 * 128))
+                            # Weights -> registers: reg 8 w + 2 s + r8 of the set.
+                            regs = tCrA_regs[half]
+                            for r8 in cutlass.range_constexpr(2):
+                                sc = decode_scales(w_sfs[r8])
+                                for w in cutlass.range_constexpr(4):
+                                    vals = decode_word(w_words[r8][w], sc[w // 2])
+                                    for s in cutlass.range_constexpr(4):
+                                        regs[8 * w + 2 * s + r8] = vals[s]
+                            # Activations -> swizzled shared memory: word w, shift s
+                            # is register c of 16-byte unit u = 4 w + s (k = 8 u).
+                            for i in cutlass.range_constexpr(_ACT_TASKS):
+                                sc = decode_scales(a_sfs[i])
+                                dst = a_dst + i * 8 * 1024
+                                for w in cutlass.range_constexpr(4):
+                                    vals = decode_word(a_words[i][w], sc[w // 2])
+                                    for s in cutlass.range_constexpr(4):
+                                        unit = 4 * (w % 2) + s
+                                        sts_b32(
+                                            dst + (w // 2) * (TILE_M * 128)
+                                            + ((a_rr ^ unit) * 16),
+                                            vals[s],
+                                        )
+                            ab_pipeline.consumer_release(consumer_state)
+                            consumer_state.advance()
+                            # Make the generic-proxy stores visible to wgmma (async
+                            # proxy), retire our previous wgmma, sync both warpgroups.
+                            cute.arch.fence_proxy("async.shared", space="cta")
+                            warpgroup.wait_group(0)
+                            consumer_bar.arrive_and_wait()
+                            warpgroup.fence()
+                            for kb in cutlass.range_constexpr(num_k_blocks):
+                                cute.gemm(
+                                    tiled_mma,
+                                    acc,
+                                    tCrA_sets[half][(None, None, kb)],
+                                    tCrB[(None, None, kb, half)],
+                                    acc,
+                                )
+                            warpgroup.commit_group()
                 warpgroup.wait_group(0)
+                # The next tile starts again with buffer 0: wait until the other
+                # warpgroup's wgmma has read it.
+                consumer_bar.arrive_and_wait()
 
                 #
-                # Epilogue: FP32 -> FP16, element-wise guarded for M/N residues.
+                # Epilogue: C[m, n] = 2^14 * acc[n, m] -> FP16, element-wise
+                # guarded for M/N residues.
                 #
                 mC = cute.make_tensor(
                     cute.make_ptr(cutlass.Float16, tensor_of_abc_ptrs[group_idx, 2],
@@ -780,9 +730,9 @@ def kernel(
                 residue_m = m - coord_m * TILE_M
                 residue_n = n - coord_n * TILE_N
                 for i in cutlass.range_constexpr(cute.size(acc)):
-                    row, col = tCcC[i]
-                    if row < residue_m and col < residue_n:
-                        gC[row, col] = cutlass.Float16(acc[i])
+                    row_n, col_m = tCcC[i]
+                    if col_m < residue_m and row_n < residue_n:
+                        gC[col_m, row_n] = cutlass.Float16(acc[i] * ACC_RESCALE)
                 tile_idx += 1
 
 

@@ -1,0 +1,739 @@
+"""Command line: ``nvfp4-aot info | verify | bench`` (also ``python -m nvfp4_aot``).
+
+* ``info``    the artifacts (versions, every baked variant, cubin checks) and this
+              machine's GPUs with the variants each would run; works without a GPU.
+* ``verify``  random problems on the GPU against the float64 reference; exit 1 on any
+              mismatch.
+* ``bench``   CUDA-event timing of the grouped GEMM: median and p10/p90 per case.
+
+Shapes come from ``--shapes FILE`` (JSON: ``{"tests": [...], "benchmarks": [...]}`` of
+``{"m": [...], "n": [...], "k": [...]}`` cases, as in GPU MODE's task.yml, or a bare
+list of such cases), ``--groups-json`` (one case per option) and ``--shape M,N,K``
+(repeatable: one group each, together one case). Every subcommand takes ``--json``.
+Errors of the package (:class:`~nvfp4_aot.errors.Nvfp4Error`) become one-line messages
+with a non-zero exit, never tracebacks.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+import numpy as np
+
+from . import __version__, driver, loader, validation
+from .errors import CudaError, Nvfp4Error, UnsupportedDeviceError
+from .layouts import E4M3_VALUES, random_problem
+from .reference import reference_gemm, relative_error
+
+# Built-in cases when no shapes are given. Verify: one group, ragged groups (k not a
+# multiple of the 256 K tile included) and 9 groups, which needs the G = 120 variant.
+VERIFY_DEFAULT = (
+    ("single", ((128, 256, 512),)),
+    ("ragged-3", ((80, 384, 256), (128, 256, 512), (256, 128, 128))),
+    ("groups-9", tuple((64 + 16 * g, 128, 256) for g in range(9))),
+)
+# Bench: GPU MODE nvfp4_group_gemm's benchmark shapes (public task.yml).
+BENCH_DEFAULT = (
+    ("gpumode-1", tuple((m, 4096, 7168) for m in (80, 176, 128, 72, 64, 248, 96, 160))),
+    ("gpumode-2", tuple((m, 7168, 2048) for m in (40, 76, 168, 72, 164, 148, 196, 160))),
+    ("gpumode-3", ((192, 3072, 4096), (320, 3072, 4096))),
+    ("gpumode-4", ((128, 4096, 1536), (384, 4096, 1536))),
+)
+_ALIGN = 256  # cuMemAlloc alignment; kept for every operand inside one allocation
+_NAN_F16 = 0xFFFF  # poison for C: an unwritten element reads as NaN
+
+
+@dataclass(frozen=True)
+class Case:
+    """One grouped GEMM: a name and (m, n, k) per group."""
+
+    name: str
+    sizes: tuple[tuple[int, int, int], ...]
+
+
+# errors -------------------------------------------------------------------------------
+
+
+class _Group(click.Group):
+    """Turns package errors into ``click.ClickException`` (message, exit status 1)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except Nvfp4Error as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+def _require_device(device: int) -> None:
+    """Fail cleanly unless the driver works and ``device`` exists."""
+    try:
+        count = driver.device_count()
+    except ImportError as exc:
+        raise click.ClickException(f"no CUDA device: cuda-python is not installed ({exc})") from exc
+    except CudaError as exc:
+        raise click.ClickException(f"no CUDA device: {exc}") from exc
+    if count == 0:
+        raise click.ClickException("no CUDA device: the driver reports no GPU")
+    if device >= count:
+        raise click.ClickException(
+            f"--device {device} does not exist; this machine has {count} GPU(s) (0..{count - 1})"
+        )
+
+
+# shapes -------------------------------------------------------------------------------
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """``"M,N,K"`` -> (m, n, k); raises click.BadParameter naming the text."""
+    parts = [p.strip() for p in text.replace("x", ",").split(",")]
+    try:
+        values = tuple(int(p) for p in parts)
+    except ValueError:
+        values = ()
+    if len(values) != 3:
+        raise click.BadParameter(
+            f"expected M,N,K (three integers), got {text!r}", param_hint="--shape"
+        )
+    return values
+
+
+def case_from_json(raw, where: str) -> Case:
+    """A case from ``{"m": [...], "n": [...], "k": [...]}`` or ``[[m, n, k], ...]``."""
+    name = where
+    if isinstance(raw, dict):
+        name = str(raw.get("name", where))
+        try:
+            columns = [list(raw[key]) for key in "mnk"]
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{where}: needs lists 'm', 'n' and 'k' ({exc!r})") from None
+        if len({len(c) for c in columns}) != 1:
+            raise ValueError(
+                f"{where}: 'm', 'n' and 'k' must have one entry per group, got lengths "
+                f"{[len(c) for c in columns]}"
+            )
+        rows = list(zip(*columns))
+    elif isinstance(raw, list):
+        rows = raw
+    else:
+        raise ValueError(f"{where}: expected an object with m/n/k lists or a list of [m, n, k]")
+    sizes = []
+    for g, row in enumerate(rows):
+        if (
+            not isinstance(row, (list, tuple))
+            or len(row) != 3
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in row)
+        ):
+            raise ValueError(f"{where}: group {g} must be three integers (m, n, k), got {row!r}")
+        sizes.append(tuple(row))
+    return Case(name, tuple(sizes))
+
+
+def cases_from_file(path: Path, section: str) -> list[Case]:
+    """Cases of ``section`` ("tests" or "benchmarks") in a shapes file, or a bare list."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from exc
+    if isinstance(raw, dict):
+        if section not in raw:
+            raise ValueError(f"{path} has no {section!r} list (keys: {sorted(raw)})")
+        raw = raw[section]
+    if not isinstance(raw, list) or not raw:
+        raise ValueError(f"{path}: expected a non-empty list of cases")
+    return [case_from_json(c, f"{Path(path).name}:{section}[{i}]") for i, c in enumerate(raw)]
+
+
+def collect_cases(shapes_file, section, groups_json, shapes, defaults) -> list[Case]:
+    """Every case from the options, in order: file, --groups-json, --shape; else defaults.
+
+    Each case is checked against the kernels' preconditions here, so that a bad shape
+    fails before any GPU work.
+    """
+    cases: list[Case] = []
+    try:
+        if shapes_file is not None:
+            cases += cases_from_file(shapes_file, section)
+        for i, text in enumerate(groups_json):
+            try:
+                raw = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"--groups-json {text!r} is not JSON: {exc}") from None
+            cases.append(case_from_json(raw, f"groups-json[{i}]"))
+    except ValueError as exc:
+        hint = "--groups-json" if "groups-json" in str(exc) else "--shapes"
+        raise click.BadParameter(str(exc), param_hint=hint) from None
+    if shapes:
+        cases.append(Case("shape", tuple(shapes)))
+    if not cases:
+        cases = [Case(name, sizes) for name, sizes in defaults]
+    for case in cases:
+        try:
+            validation.problem_sizes(case.sizes)
+        except Nvfp4Error as exc:
+            raise click.BadParameter(f"case {case.name!r}: {exc}", param_hint="shapes") from None
+    return cases
+
+
+# device data --------------------------------------------------------------------------
+
+
+class _DeviceSet:
+    """One input set on the device: A, B, SFA, SFB, C of every group in one allocation."""
+
+    def __init__(self, arrays: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], sizes):
+        layout, offset = [], 0
+        for (a, b, sfa, sfb), (m, n, _k) in zip(arrays, sizes):
+            entry = []
+            for nbytes in (a.nbytes, b.nbytes, m * n * 2, sfa.nbytes, sfb.nbytes):
+                entry.append(offset)
+                offset += -(-nbytes // _ALIGN) * _ALIGN
+            layout.append(entry)
+        self.nbytes = offset
+        self.base = driver.mem_alloc(offset)
+        try:
+            for (a, b, sfa, sfb), (pa, pb, _pc, psfa, psfb) in zip(arrays, layout):
+                for array, at in ((a, pa), (b, pb), (sfa, psfa), (sfb, psfb)):
+                    array = np.ascontiguousarray(array)
+                    driver.memcpy_htod(self.base + at, array.ctypes.data, array.nbytes)
+        except BaseException:
+            self.free()
+            raise
+        self.sizes = tuple(sizes)
+        # columns in plan.run order: a, b, c, sfa, sfb
+        self.columns = tuple([self.base + entry[f] for entry in layout] for f in range(5))
+
+    def poison_c(self) -> None:
+        for c, (m, n, _k) in zip(self.columns[2], self.sizes):
+            driver.memset_d16(c, _NAN_F16, m * n)
+
+    def download_c(self, g: int) -> np.ndarray:
+        m, n, _k = self.sizes[g]
+        out = np.empty((m, n), dtype=np.float16)
+        driver.memcpy_dtoh(out.ctypes.data, self.columns[2][g], out.nbytes)
+        return out
+
+    def free(self) -> None:
+        if self.base:
+            driver.mem_free(self.base)
+            self.base = 0
+
+
+def _scale_codes(low: float = 0.25, high: float = 4.0) -> np.ndarray:
+    codes = np.arange(128)
+    values = E4M3_VALUES[:128]
+    return codes[(values >= low) & (values <= high)].astype(np.uint8)
+
+
+def _bench_arrays(sizes, rng: np.random.Generator):
+    """Timing inputs, cheaply: random bytes are uniform FP4 codes; scales in [0.25, 4]."""
+    codes = _scale_codes()
+    arrays = []
+    for m, n, k in sizes:
+        a = rng.integers(0, 256, size=m * k // 2, dtype=np.uint8)
+        b = rng.integers(0, 256, size=n * k // 2, dtype=np.uint8)
+        sfa = rng.choice(codes, size=validation.operand_bytes(m, n, k)["sfa"])
+        sfb = rng.choice(codes, size=validation.operand_bytes(m, n, k)["sfb"])
+        arrays.append((a, b, sfa, sfb))
+    return arrays
+
+
+# timing events (cuEventCreate without CU_EVENT_DISABLE_TIMING) ---------------------------
+
+
+def _timing_event():
+    return driver.call("cuEventCreate", 0)
+
+
+def _elapsed_ms(start, end) -> float:
+    return float(driver.call("cuEventElapsedTime", start, end))
+
+
+# output -------------------------------------------------------------------------------
+
+
+def _table(headers: list[str], rows: list[list]) -> str:
+    text = [[str(h) for h in headers]] + [[str(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in text) for i in range(len(headers))]
+    lines = ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in text]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _cc(capability) -> str:
+    return f"{capability[0]}.{capability[1]}"
+
+
+def _emit_json(data) -> None:
+    click.echo(json.dumps(data, indent=2))
+
+
+def _progress(length: int, label: str):
+    return click.progressbar(length=length, label=label, file=sys.stderr)
+
+
+# common options -------------------------------------------------------------------------
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+artifacts_option = click.option(
+    "--artifacts",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Artifacts directory (default: $NVFP4_AOT_ARTIFACTS, the package's, the repo's).",
+)
+device_option = click.option(
+    "--device", type=click.IntRange(min=0), default=0, show_default=True, help="CUDA device."
+)
+seed_option = click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of the random inputs."
+)
+
+
+def shape_options(default_section: str):
+    def decorate(func):
+        for option in reversed(
+            [
+                click.option(
+                    "--shapes",
+                    "shapes_file",
+                    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                    help="JSON shapes file (GPU MODE style; see --section).",
+                ),
+                click.option(
+                    "--section",
+                    type=click.Choice(["tests", "benchmarks"]),
+                    default=default_section,
+                    show_default=True,
+                    help="Which list of the shapes file to use.",
+                ),
+                click.option(
+                    "--groups-json",
+                    multiple=True,
+                    help='One case as JSON: [[m,n,k], ...] or {"m":[..],"n":[..],"k":[..]}.',
+                ),
+                click.option(
+                    "--shape",
+                    "shapes",
+                    multiple=True,
+                    type=_ShapeType(),
+                    help="M,N,K of one group; repeat for more groups (one case).",
+                ),
+            ]
+        ):
+            func = option(func)
+        return func
+
+    return decorate
+
+
+class _ShapeType(click.ParamType):
+    name = "M,N,K"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            return parse_shape(value)
+        except click.BadParameter as exc:
+            self.fail(exc.message, param, ctx)
+
+
+# commands ------------------------------------------------------------------------------
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="nvfp4-aot")
+def main():
+    """Ahead-of-time compiled NVFP4 block-scaled grouped GEMM kernels."""
+
+
+@main.command()
+@artifacts_option
+@json_option
+def info(artifacts, as_json):
+    """Artifacts, baked variants and this machine's GPUs (works without a GPU)."""
+    directory = loader.resolve_dir(artifacts)
+    manifest = loader.load_manifest(directory)
+    variants = []
+    for v in manifest.variants:
+        try:
+            loader.read_cubin(directory, v)
+            check = "ok"
+        except Nvfp4Error as exc:
+            check = str(exc)
+        variants.append(
+            {
+                "name": v.name,
+                "family": v.family,
+                "arch": v.arch,
+                "compute_capability": list(v.compute_capability),
+                "num_groups": v.num_groups,
+                "tile_mnk": list(v.tile_mnk),
+                "cubin": v.cubin,
+                "cubin_bytes": v.cubin_bytes,
+                "sha256": v.sha256,
+                "cubin_check": check,
+                "registers": v.registers,
+                "dynamic_smem_bytes": v.dynamic_smem_bytes,
+                "block": list(v.block),
+            }
+        )
+    cuda, gpus = _gpus(manifest)
+    data = {
+        "package_version": __version__,
+        "artifacts": str(directory),
+        "manifest": {
+            "schema_version": manifest.schema_version,
+            "package_version": manifest.package_version,
+            "dsl_version": manifest.dsl_version,
+        },
+        "variants": variants,
+        "cuda": cuda,
+        "gpus": gpus,
+    }
+    if as_json:
+        _emit_json(data)
+        return
+    click.echo(f"nvfp4-aot {__version__}")
+    click.echo(f"artifacts: {directory}")
+    click.echo(
+        f"manifest: schema {manifest.schema_version}, package {manifest.package_version}, "
+        f"CuTe DSL {manifest.dsl_version}"
+    )
+    click.echo()
+    headers = [
+        "variant",
+        "arch",
+        "CC",
+        "G",
+        "tile",
+        "cubin B",
+        "sha256",
+        "regs",
+        "dyn smem",
+        "block",
+        "cubin",
+    ]
+    rows = [
+        [
+            v["name"],
+            v["arch"],
+            _cc(v["compute_capability"]),
+            v["num_groups"],
+            "x".join(map(str, v["tile_mnk"])),
+            v["cubin_bytes"],
+            v["sha256"][:12],
+            v["registers"] if v["registers"] is not None else "?",
+            v["dynamic_smem_bytes"],
+            "x".join(map(str, v["block"])),
+            v["cubin_check"],
+        ]
+        for v in variants
+    ]
+    click.echo(_table(headers, rows))
+    click.echo()
+    if not cuda["available"]:
+        click.echo(f"CUDA: {cuda['error']}")
+        return
+    click.echo(f"CUDA driver {cuda['driver_version'] or '?'}: {len(gpus)} GPU(s)")
+    if not gpus:
+        click.echo("no GPU")
+    for gpu in gpus:
+        cc = _cc(gpu["compute_capability"])
+        click.echo(
+            f"  [{gpu['ordinal']}] {gpu['name']}: compute capability {cc}, {gpu['sm_count']} SMs"
+        )
+        if gpu["variants"]:
+            click.echo(f"      runs {', '.join(gpu['variants'])}")
+        else:
+            click.echo(f"      no variant: {gpu['reason']}")
+
+
+def _gpus(manifest) -> tuple[dict, list[dict]]:
+    """The driver's state and every GPU with the variants it would use (or why none)."""
+    cuda = {"available": False, "driver_version": None, "error": None}
+    try:
+        count = driver.device_count()
+    except ImportError as exc:
+        cuda["error"] = f"no CUDA driver (cuda-python is not installed: {exc})"
+        return cuda, []
+    except CudaError as exc:
+        missing = isinstance(exc.__cause__, RuntimeError)  # libcuda could not be loaded
+        if missing:
+            cuda["error"] = f"no CUDA driver ({exc})"
+        elif exc.result_name == "CUDA_ERROR_NO_DEVICE":
+            cuda["error"] = f"no GPU ({exc})"
+        else:
+            cuda["error"] = f"CUDA driver unusable ({exc})"
+        return cuda, []
+    cuda["available"] = True
+    try:
+        version = int(driver.call("cuDriverGetVersion"))
+        cuda["driver_version"] = f"{version // 1000}.{version % 1000 // 10}"
+    except (Nvfp4Error, AttributeError):
+        pass
+    gpus = []
+    for ordinal in range(count):
+        capability = driver.compute_capability(ordinal)
+        smem = driver.device_attribute(driver.ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, ordinal)
+        names, reason = [], None
+        try:
+            found = loader.variants_for(manifest, capability)
+        except (UnsupportedDeviceError, Nvfp4Error) as exc:
+            found, reason = [], str(exc)
+        for v in found:
+            if v.dynamic_smem_bytes <= smem:
+                names.append(v.name)
+            else:
+                reason = (
+                    f"{v.name} needs {v.dynamic_smem_bytes} B of shared memory per block, "
+                    f"the device allows {smem}"
+                )
+        gpus.append(
+            {
+                "ordinal": ordinal,
+                "name": driver.device_name(ordinal),
+                "compute_capability": list(capability),
+                "sm_count": driver.sm_count(ordinal),
+                "max_smem_per_block_optin": smem,
+                "variants": names,
+                "reason": None if names else reason,
+            }
+        )
+    return cuda, gpus
+
+
+@main.command()
+@shape_options("tests")
+@click.option(
+    "--tol",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1e-3,
+    show_default=True,
+    help="Largest relative (Frobenius) error per group.",
+)
+@device_option
+@seed_option
+@artifacts_option
+@json_option
+def verify(shapes_file, section, groups_json, shapes, tol, device, seed, artifacts, as_json):
+    """Run random problems and compare every group with the float64 reference.
+
+    C is filled with NaN before each run, so a group the kernel does not write fails.
+    Exits 1 when any group is off by more than --tol or holds a non-finite value.
+    """
+    from .plan import GroupedGemmPlan
+
+    cases = collect_cases(shapes_file, section, groups_json, shapes, VERIFY_DEFAULT)
+    _require_device(device)
+    results = []
+    total = sum(len(c.sizes) for c in cases)
+    with _progress(total, "verify") as bar:
+        for index, case in enumerate(cases):
+            rng = np.random.default_rng([seed, index])
+            problems = [random_problem(m, n, k, rng) for m, n, k in case.sizes]
+            arrays = [(p.a, p.b, p.sfa_blocked, p.sfb_blocked) for p in problems]
+            with GroupedGemmPlan(case.sizes, device, artifacts=artifacts) as plan:
+                data = _DeviceSet(arrays, case.sizes)
+                try:
+                    data.poison_c()
+                    plan.run(*data.columns)
+                    plan.synchronize()
+                    outputs = [data.download_c(g) for g in range(len(case.sizes))]
+                finally:
+                    data.free()
+                variants = [v.name for v in plan.variants]
+            groups = []
+            for g, (problem, out) in enumerate(zip(problems, outputs)):
+                ref = reference_gemm(problem)
+                finite = bool(np.isfinite(out).all())
+                error = relative_error(out, ref)
+                max_abs = float(np.max(np.abs(out.astype(np.float64) - ref))) if finite else None
+                groups.append(
+                    {
+                        "group": g,
+                        "m": problem.m,
+                        "n": problem.n,
+                        "k": problem.k,
+                        "relative_error": error,
+                        "max_abs_error": max_abs,
+                        "finite": finite,
+                        "ok": finite and error <= tol,
+                    }
+                )
+                bar.update(1)
+            results.append({"case": case.name, "variants": variants, "groups": groups})
+    failed = sum(not g["ok"] for r in results for g in r["groups"])
+    if as_json:
+        _emit_json(
+            {
+                "device": device,
+                "seed": seed,
+                "tol": tol,
+                "passed": failed == 0,
+                "failed_groups": failed,
+                "cases": results,
+            }
+        )
+    else:
+        rows = []
+        for r in results:
+            for g in r["groups"]:
+                rows.append(
+                    [
+                        r["case"],
+                        g["group"],
+                        g["m"],
+                        g["n"],
+                        g["k"],
+                        f"{g['relative_error']:.2e}",
+                        "-" if g["max_abs_error"] is None else f"{g['max_abs_error']:.3g}",
+                        "yes" if g["finite"] else "NO",
+                        "ok" if g["ok"] else "FAIL",
+                    ]
+                )
+        headers = ["case", "group", "m", "n", "k", "rel err", "max abs", "finite", "result"]
+        click.echo(_table(headers, rows))
+        click.echo(
+            f"{total - failed}/{total} groups within tol {tol:g} (device {device}, seed {seed})"
+        )
+    if failed:
+        raise click.ClickException(f"{failed} of {total} group(s) failed verification")
+
+
+@main.command()
+@shape_options("benchmarks")
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="Timed runs per case.",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    help="Untimed runs per case first.",
+)
+@click.option(
+    "--sets",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Input sets rotated between runs (defeats the L2 cache).",
+)
+@device_option
+@seed_option
+@artifacts_option
+@json_option
+def bench(
+    shapes_file,
+    section,
+    groups_json,
+    shapes,
+    repeats,
+    warmup,
+    sets,
+    device,
+    seed,
+    artifacts,
+    as_json,
+):
+    """Time the grouped GEMM with CUDA events: median, p10 and p90 per case.
+
+    Runs are queued back to back on the default stream with an event between each
+    two, so each time covers one run (pointer upload and kernel). TFLOP/s counts
+    2 m n k per group; GB/s counts A, B, the blocked scales and C once each.
+    """
+    from .plan import GroupedGemmPlan
+
+    cases = collect_cases(shapes_file, section, groups_json, shapes, BENCH_DEFAULT)
+    _require_device(device)
+    results = []
+    with _progress(len(cases) * (sets + 1), "bench") as bar:
+        for index, case in enumerate(cases):
+            rng = np.random.default_rng([seed, index])
+            with GroupedGemmPlan(case.sizes, device, artifacts=artifacts) as plan:
+                data = []
+                events = []
+                try:
+                    for _ in range(sets):
+                        data.append(_DeviceSet(_bench_arrays(case.sizes, rng), case.sizes))
+                        bar.update(1)
+                    for i in range(warmup):
+                        plan.run(*data[i % sets].columns)
+                    events = [_timing_event() for _ in range(repeats + 1)]
+                    plan.synchronize()
+                    driver.event_record(events[0], 0)
+                    for i in range(warmup, warmup + repeats):  # rotation goes on
+                        plan.run(*data[i % sets].columns)
+                        driver.event_record(events[i + 1 - warmup], 0)
+                    driver.event_synchronize(events[-1])
+                    times = [_elapsed_ms(a, b) * 1e3 for a, b in zip(events, events[1:])]
+                finally:
+                    for event in events:
+                        driver.event_destroy(event)
+                    plan.synchronize()
+                    for d in data:
+                        d.free()
+                variants = [v.name for v in plan.variants]
+            bar.update(1)
+            results.append(_bench_result(case, variants, times))
+    if as_json:
+        _emit_json(
+            {
+                "device": device,
+                "seed": seed,
+                "repeats": repeats,
+                "warmup": warmup,
+                "sets": sets,
+                "cases": results,
+            }
+        )
+        return
+    headers = ["case", "groups", "median us", "p10 us", "p90 us", "TFLOP/s", "GB/s", "variant"]
+    rows = [
+        [
+            r["case"],
+            r["groups"],
+            f"{r['median_us']:.2f}",
+            f"{r['p10_us']:.2f}",
+            f"{r['p90_us']:.2f}",
+            f"{r['tflops']:.1f}",
+            f"{r['gbps']:.0f}",
+            ",".join(r["variants"]),
+        ]
+        for r in results
+    ]
+    click.echo(_table(headers, rows))
+
+
+def _bench_result(case: Case, variants: list[str], times_us: list[float]) -> dict:
+    flops = sum(2 * m * n * k for m, n, k in case.sizes)
+    moved = sum(sum(validation.operand_bytes(m, n, k).values()) for m, n, k in case.sizes)
+    median = statistics.median(times_us)
+    if len(times_us) > 1:
+        deciles = statistics.quantiles(times_us, n=10, method="inclusive")
+        p10, p90 = deciles[0], deciles[-1]
+    else:
+        p10 = p90 = median
+    return {
+        "case": case.name,
+        "groups": len(case.sizes),
+        "sizes": [list(s) for s in case.sizes],
+        "variants": variants,
+        "median_us": median,
+        "p10_us": p10,
+        "p90_us": p90,
+        "min_us": min(times_us),
+        "tflops": flops / (median * 1e-6) / 1e12,
+        "gbps": moved / (median * 1e-6) / 1e9,
+        "flops": flops,
+        "bytes": moved,
+    }

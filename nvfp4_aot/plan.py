@@ -1,0 +1,667 @@
+"""Plans: everything about a list of problem sizes that can be prepared once.
+
+A :class:`GroupedGemmPlan` validates the problem sizes, picks and loads the kernel
+variant(s), computes the CTA prefix, total tiles and persistent_blocks, and allocates —
+once — one device buffer holding the problem sizes and CTA prefix (uploaded at
+creation), the tensormap workspace and a ring of pointer-table slots, plus pinned host
+staging for the slots. Every slot has its parameter buffers packed at creation, since
+the addresses they hold never change.
+
+Running writes the operand pointers into a free slot's staging, copies that slot to the
+device with one ``cuMemcpyHtoDAsync`` on the caller's stream, launches (one
+``cuLaunchKernelEx`` per sub-launch; more than the largest baked group count splits the
+groups) and records the slot's event. Nothing is allocated and nothing waits on the
+steady-state path; when the pointers equal those of the previous run, the copy is
+skipped too.
+
+Concurrency. The kernel writes its tensormap workspace, so two launches of one plan must
+never overlap on the GPU. A plan therefore orders its own launches: when a run uses a
+different stream than the previous one, the new stream first waits for the previous
+run's event (``cuStreamWaitEvent``). Runs of one plan on several streams are thus
+serialised, while different plans (each with its own workspace) run concurrently. Host
+threads may share a plan; a lock guards the ring.
+
+Ring slots. A slot's staging may be rewritten only after the copy that read it has run.
+Since a plan's launches complete in order, knowing that run ``s`` completed proves every
+earlier run did: the plan remembers the newest run known to be complete and queries an
+event only when a slot is not yet known to be free, waiting on it only when every slot is
+in flight (``ring_slots`` runs queued on the GPU).
+"""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import threading
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+
+from . import driver, loader, validation
+from .errors import InvalidProblemError, Nvfp4Error
+from .operands import (
+    DeviceArray,
+    check_matrix,
+    check_scales,
+    cuda_array_interface,
+    device_array,
+    device_of,
+    stream_handle,
+)
+from .packing import launch_geometry
+
+WORKSPACE_BYTES_PER_BLOCK = 4 * 128  # four 128-byte TMA descriptors per CTA
+_ALIGN = 128
+_AB_DTYPES = ("u1", "i1", "e2m1x2", "e2m1", "v1")
+_SCALE_DTYPES = ("u1", "i1", "e4m3", "v1")
+_FIELDS = ("a", "b", "c", "sfa", "sfb")
+# __cuda_array_interface__ typestrs taken on the fast path, per field
+_TYPESTRS = (
+    ("|u1", "|i1", "|V1"),
+    ("|u1", "|i1", "|V1"),
+    ("<f2",),
+    ("|u1", "|i1", "|V1"),
+    ("|u1", "|i1", "|V1"),
+)
+_ADDRESS_MASK = validation.POINTER_ALIGN - 1
+_PACK_FROM_GROUPS = 32  # from this many groups, pointers travel as array.array("q")
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+@dataclass(frozen=True)
+class SubLaunch:
+    """One kernel launch of a plan: groups ``[start, stop)`` on a variant of G groups."""
+
+    start: int
+    stop: int
+    num_groups: int  # the variant's baked group count (>= stop - start)
+    tiles: tuple[int, ...]  # per real group
+    cta_prefix: tuple[int, ...]  # G + 1 entries, padded with the total
+    total_tiles: int
+    persistent_blocks: int
+    grid: tuple[int, int, int]
+    # byte offsets in the plan's device buffer / in a ring slot
+    sizes_offset: int
+    prefix_offset: int
+    abc_offset: int
+    scales_offset: int
+
+
+def cta_prefix(tiles: list[int], num_groups: int) -> tuple[int, ...]:
+    """Prefix sum of tiles per group, padded to ``num_groups + 1`` entries with the total."""
+    prefix = [0]
+    for count in tiles:
+        prefix.append(prefix[-1] + count)
+    prefix.extend([prefix[-1]] * (num_groups + 1 - len(prefix)))
+    return tuple(prefix)
+
+
+def persistent_blocks(total_tiles: int, sm_count: int) -> int:
+    """One CTA per SM at most, never more CTAs than tiles, at least one."""
+    return max(1, min(total_tiles, sm_count))
+
+
+def split_groups(num_groups: int, baked: list[int]) -> list[tuple[int, int, int]]:
+    """Chunks ``(start, stop, variant groups)`` covering ``num_groups`` groups.
+
+    Full chunks use the largest baked variant; the rest the smallest that holds it.
+    """
+    baked = sorted(baked)
+    largest = baked[-1]
+    chunks, start = [], 0
+    while start < num_groups:
+        count = min(largest, num_groups - start)
+        fit = next(g for g in baked if g >= count)
+        chunks.append((start, start + count, fit))
+        start += count
+    return chunks
+
+
+class GroupedGemmPlan:
+    """A prepared grouped GEMM for fixed problem sizes on one device.
+
+    Parameters
+    ----------
+    problem_sizes : sequence of (m, n, k) or (m, n, k, l)
+        One entry per group; see :mod:`nvfp4_aot.validation` for the rules.
+    device : int
+        CUDA device ordinal.
+    artifacts : path, optional
+        Artifacts directory (default: :func:`nvfp4_aot.paths.artifacts_dir`).
+    ring_slots : int
+        Pointer-table slots, i.e. runs that may be queued before :meth:`run` waits.
+
+    Examples
+    --------
+    >>> with GroupedGemmPlan([(128, 256, 512)]) as plan:   # doctest: +SKIP
+    ...     plan.run([a], [b], [c], [sfa], [sfb], stream=torch.cuda.current_stream())
+    """
+
+    def __init__(self, problem_sizes, device: int = 0, *, artifacts=None, ring_slots: int = 8):
+        if ring_slots < 1:
+            raise ValueError(f"ring_slots must be >= 1, got {ring_slots}")
+        self.problem_sizes = validation.problem_sizes(problem_sizes)
+        self.device = int(device)
+        self.ring_slots = ring_slots
+        manifest = loader.load_manifest(artifacts)
+        capability = loader.device_capability(self.device)
+        variants = {v.num_groups: v for v in loader.variants_for(manifest, capability)}
+        self.sm_count = driver.sm_count(self.device)
+        self._c_bytes = tuple(m * n * 2 for m, n, _k, _l in self.problem_sizes)
+        self._c_bytes_array = np.asarray(self._c_bytes, dtype=np.int64)
+        self._lock = threading.Lock()
+
+        # Layout of the device buffer: [sizes, prefix per sub-launch][workspace][ring].
+        launches, kernels, offset, slot_bytes = [], [], 0, 0
+        for start, stop, g in split_groups(len(self.problem_sizes), list(variants)):
+            variant = variants[g]
+            tile_m, tile_n, _tile_k = variant.tile_mnk
+            tiles = [
+                validation.tiles(m, n, tile_m, tile_n)
+                for m, n, _k, _l in self.problem_sizes[start:stop]
+            ]
+            prefix = cta_prefix(tiles, g)
+            validation.check_total_tiles(prefix[-1])
+            blocks = persistent_blocks(prefix[-1], self.sm_count)
+            sizes_offset = offset
+            prefix_offset = _round_up(sizes_offset + g * 16, _ALIGN)
+            offset = _round_up(prefix_offset + (g + 1) * 4, _ALIGN)
+            abc_offset = slot_bytes
+            scales_offset = _round_up(abc_offset + g * 24, _ALIGN)
+            slot_bytes = _round_up(scales_offset + g * 16, _ALIGN)
+            inputs = {"persistent_blocks": blocks, "total_tiles": prefix[-1]}
+            grid = launch_geometry(variant, _with_null_pointers(inputs)).grid
+            launches.append(
+                SubLaunch(start, stop, g, tuple(tiles), prefix, prefix[-1], blocks, grid,
+                          sizes_offset, prefix_offset, abc_offset, scales_offset)
+            )  # fmt: skip
+            kernels.append(loader.load_kernel(variant, self.device, artifacts))
+        self.launches = tuple(launches)
+        self._kernels = tuple(kernels)
+        self.workspace_bytes = (
+            max(s.persistent_blocks for s in launches) * WORKSPACE_BYTES_PER_BLOCK
+        )
+        self._workspace_offset = offset
+        self._ring_offset = _round_up(offset + self.workspace_bytes, _ALIGN)
+        self._slot_bytes = slot_bytes
+        self.device_bytes = self._ring_offset + ring_slots * slot_bytes
+
+        driver.activate(self.device)
+        self._resources = _Resources()
+        self._finalizer = weakref.finalize(self, self._resources.release)
+        self._finalizer.atexit = False  # at exit the process frees everything anyway
+        try:
+            self._allocate()
+        except BaseException:
+            self._finalizer()
+            raise
+        self._closed = False
+
+    # setup ------------------------------------------------------------------------------
+
+    def _allocate(self) -> None:
+        res = self._resources
+        res.device_ptr = driver.mem_alloc(self.device_bytes)
+        res.host_ptr = driver.host_alloc(self.ring_slots * self._slot_bytes)
+        ctypes.memset(res.host_ptr, 0, self.ring_slots * self._slot_bytes)
+        words = self._slot_bytes // 8
+        staging = np.ctypeslib.as_array(
+            (ctypes.c_int64 * (self.ring_slots * words)).from_address(res.host_ptr)
+        )
+        self._staging = staging.reshape(self.ring_slots, words)
+        self._staging_addresses = tuple(
+            res.host_ptr + slot * self._slot_bytes for slot in range(self.ring_slots)
+        )
+
+        static = np.zeros(self._workspace_offset, dtype=np.uint8)
+        for launch in self.launches:
+            sizes = np.zeros((launch.num_groups, 4), dtype=np.int32)
+            sizes[: launch.stop - launch.start] = self.problem_sizes[launch.start : launch.stop]
+            static[launch.sizes_offset : launch.sizes_offset + sizes.nbytes] = sizes.view(
+                np.uint8
+            ).ravel()
+            prefix = np.asarray(launch.cta_prefix, dtype=np.int32)
+            static[launch.prefix_offset : launch.prefix_offset + prefix.nbytes] = prefix.view(
+                np.uint8
+            )
+        driver.memcpy_htod(res.device_ptr, static.ctypes.data, static.nbytes)
+        for slot in range(self.ring_slots):  # padding rows of the tables stay zero
+            driver.memcpy_htod(
+                self._slot_address(slot), self._staging[slot].ctypes.data, self._slot_bytes
+            )
+
+        # parameters: one packed buffer per (slot, sub-launch), addresses fixed for life
+        self._params = []  # [slot][launch] -> kernelParams address
+        res.keep = []
+        for slot in range(self.ring_slots):
+            per_launch = []
+            for launch, kernel in zip(self.launches, self._kernels):
+                inputs = self._inputs(launch, slot)
+                size = kernel.variant.param_bytes
+                raw = (ctypes.c_char * (size + 64))()
+                base = _round_up(ctypes.addressof(raw), 64)
+                buffer = (ctypes.c_char * size).from_address(base)
+                buffer[:] = kernel.packer.template
+                kernel.packer.pack_into(buffer, inputs)
+                pointers = (ctypes.c_void_p * len(kernel.packer.offsets))(
+                    *[base + o for o in kernel.packer.offsets]
+                )
+                res.keep.extend((raw, pointers))
+                per_launch.append(ctypes.addressof(pointers))
+            self._params.append(tuple(per_launch))
+        self._configs = tuple(
+            driver.launch_config(
+                launch.grid,
+                kernel.variant.block,
+                kernel.variant.dynamic_smem_bytes,
+                [(a.id, a.values) for a in kernel.variant.launch_attributes],
+            )
+            for launch, kernel in zip(self.launches, self._kernels)
+        )
+        self._functions = tuple(k.function for k in self._kernels)
+        res.events = [driver.event_create() for _ in range(self.ring_slots)]
+        res.sync_event = driver.event_create()
+        res.device = self.device
+        self._events = res.events
+        self._slot_seq = [0] * self.ring_slots
+        self._seq = 0
+        self._done_seq = 0
+        self._next = 0
+        self._last_slot = None
+        self._last_stream = None
+        self._last_pointers = None
+        self._config_stream = 0
+        self._checked_c = None
+        # per field: expected (rows, cols) shape for A, B, C; minimum bytes for SFA, SFB
+        bytes_of = [validation.operand_bytes(m, n, k) for m, n, k, _l in self.problem_sizes]
+        self._expected = (
+            [(m, k // 2) for m, _n, k, _l in self.problem_sizes],
+            [(n, k // 2) for _m, n, k, _l in self.problem_sizes],
+            [(m, n) for m, n, _k, _l in self.problem_sizes],
+            [b["sfa"] for b in bytes_of],
+            [b["sfb"] for b in bytes_of],
+        )
+        # flat pointer index (field * G + group) -> int64 word in a ring slot
+        count = len(self.problem_sizes)
+        scatter = [0] * (5 * count)
+        for launch in self.launches:
+            for local, g in enumerate(range(launch.start, launch.stop)):
+                for f in range(3):
+                    scatter[f * count + g] = launch.abc_offset // 8 + 3 * local + f
+                for f in range(2):
+                    scatter[(3 + f) * count + g] = launch.scales_offset // 8 + 2 * local + f
+        self._scatter = np.asarray(scatter, dtype=np.intp)
+
+    def _slot_address(self, slot: int) -> int:
+        return self._resources.device_ptr + self._ring_offset + slot * self._slot_bytes
+
+    def _inputs(self, launch: SubLaunch, slot: int) -> dict[str, int]:
+        base = self._resources.device_ptr
+        slot_base = self._slot_address(slot)
+        return {
+            "problem_sizes": base + launch.sizes_offset,
+            "abc_pointers": slot_base + launch.abc_offset,
+            "scale_pointers": slot_base + launch.scales_offset,
+            "cta_prefix": base + launch.prefix_offset,
+            "tensormap_workspace": base + self._workspace_offset,
+            "total_tiles": launch.total_tiles,
+            "persistent_blocks": launch.persistent_blocks,
+        }
+
+    def kernel_inputs(self, slot: int = 0) -> list[dict[str, int]]:
+        """The kernel inputs of every sub-launch for ring slot ``slot`` (for inspection)."""
+        return [self._inputs(launch, slot) for launch in self.launches]
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.problem_sizes)
+
+    @property
+    def variants(self):
+        return tuple(k.variant for k in self._kernels)
+
+    # running ----------------------------------------------------------------------------
+
+    def run(self, a, b, c, sfa, sfb, stream=None) -> None:
+        """Launch the grouped GEMM on ``stream``; returns without waiting.
+
+        Parameters
+        ----------
+        a, b, c, sfa, sfb : sequences, one entry per group
+            Device pointers (int), ``__cuda_array_interface__`` or ``__dlpack__``
+            objects: A (m, k/2) and B (n, k/2) packed FP4 bytes, C (m, n) float16,
+            SFA/SFB the blocked E4M3 scales (>= ``blocked_scale_bytes`` bytes).
+        stream : stream object or handle, optional
+            None is the legacy default stream.
+
+        Raises
+        ------
+        InvalidProblemError
+            Naming the group, the operand, expected and actual value.
+        """
+        handle = stream_handle(stream)
+        pointers, producer_streams = self.pointers(a, b, c, sfa, sfb, handle)
+        self.launch_pointers(pointers, handle, producer_streams)
+
+    def pointers(self, a, b, c, sfa, sfb, stream: int = 0) -> tuple[list[int], set[int]]:
+        """Validate operands; returns the flat (A, B, C, SFA, SFB) x group pointer list
+        and the producer streams (``__cuda_array_interface__`` v3) to order after.
+
+        Raw pointers and plain C-contiguous ``__cuda_array_interface__`` arrays of the
+        expected shape take a fast path; anything else is described in full
+        (:mod:`nvfp4_aot.operands`), which either accepts it or says what is wrong.
+        """
+        count = len(self.problem_sizes)
+        columns = (a, b, c, sfa, sfb)
+        for f, column in enumerate(columns):
+            try:
+                length = len(column)
+            except TypeError:
+                raise InvalidProblemError(
+                    f"{_FIELDS[f]} must be a sequence with one operand per group, got "
+                    f"{type(column).__name__}"
+                ) from None
+            if length != count:
+                raise InvalidProblemError(
+                    f"{_FIELDS[f]} has {length} operands, the plan has {count} groups"
+                )
+        producers: set[int] = set()
+        flat = [*a, *b, *c, *sfa, *sfb]
+        try:  # all raw pointers (ints): only their addresses can be checked
+            if count >= _PACK_FROM_GROUPS:  # one C-level conversion beats a Python loop
+                flat = array.array("q", flat)
+                words = np.frombuffer(flat, dtype=np.int64)
+                misaligned = bool(np.bitwise_or.reduce(words) & _ADDRESS_MASK) or words.min() <= 0
+            else:
+                misaligned = _misaligned(flat)
+        except OverflowError:
+            i = next(i for i, x in enumerate(flat) if not 0 < x < 1 << 63)
+            raise InvalidProblemError(
+                f"group {i % count}: {_FIELDS[i // count]} is not a device address: {flat[i]}"
+            ) from None
+        except TypeError:  # some are arrays
+            launch_stream = 1 if stream == 0 else stream
+            flat = [
+                x if type(x) is int else self._pointer_of(f, g, x, stream, launch_stream, producers)
+                for f, column in enumerate(columns)
+                for g, x in enumerate(column)
+            ]
+            misaligned = _misaligned(flat)
+            if count >= _PACK_FROM_GROUPS:
+                flat = array.array("q", flat)
+        if misaligned:
+            i = next(i for i, x in enumerate(flat) if x & _ADDRESS_MASK or x <= 0)
+            validation.check_pointer(i % count, _FIELDS[i // count], flat[i])
+        c_pointers = flat[2 * count : 3 * count]
+        if count > 1 and c_pointers != self._checked_c:
+            if count >= _PACK_FROM_GROUPS:
+                validation.check_c_disjoint_array(
+                    np.frombuffer(c_pointers, dtype=np.int64), self._c_bytes_array
+                )
+            else:
+                validation.check_c_disjoint(list(zip(range(count), c_pointers, self._c_bytes)))
+            self._checked_c = c_pointers
+        return flat, producers
+
+    def _pointer_of(self, f: int, g: int, obj, stream: int, launch_stream: int, producers) -> int:
+        interface = cuda_array_interface(obj)
+        if type(interface) is dict:
+            expected = self._expected[f][g]
+            shape = interface.get("shape")
+            if (
+                interface.get("typestr") in _TYPESTRS[f]
+                and interface.get("strides") is None
+                and interface.get("mask") is None
+                and (shape == expected if f < 3 else prod(shape) >= expected)
+                and (f != 2 or not interface["data"][1])
+                and device_of(obj) in (None, self.device)
+            ):
+                producer = interface.get("stream")
+                if producer is not None and producer != launch_stream:
+                    producers.add(producer)
+                return interface["data"][0]
+        array = _describe(g, _FIELDS[f], obj, stream)
+        m, n, k, _l = self.problem_sizes[g]
+        self._check_array(g, _FIELDS[f], array, m, n, k)
+        if array.stream is not None and array.stream != launch_stream:
+            producers.add(array.stream)
+        return array.pointer
+
+    def _check_array(self, g: int, field: str, array: DeviceArray, m: int, n: int, k: int) -> None:
+        if array.device is not None and array.device != self.device:
+            raise InvalidProblemError(
+                f"group {g}: {field} is on device {array.device}, the plan runs on device "
+                f"{self.device}; create the plan with device={array.device} or move the data"
+            )
+        if field == "a":
+            problem = check_matrix(array, _AB_DTYPES, m, k // 2)
+        elif field == "b":
+            problem = check_matrix(array, _AB_DTYPES, n, k // 2)
+        elif field == "c":
+            problem = check_matrix(array, ("f2",), m, 2 * n, writable=True)
+        elif field == "sfa":
+            problem = check_scales(array, _SCALE_DTYPES, validation.operand_bytes(m, n, k)["sfa"])
+        else:
+            problem = check_scales(array, _SCALE_DTYPES, validation.operand_bytes(m, n, k)["sfb"])
+        if problem:
+            raise InvalidProblemError(f"group {g}: {field} {problem}")
+
+    def launch_pointers(self, pointers: list[int], stream: int = 0, producer_streams=()) -> None:
+        """Launch with already validated pointers (the layout :meth:`pointers` returns)."""
+        with self._lock:
+            if self._closed:
+                raise Nvfp4Error("the plan is closed")
+            driver.activate(self.device)
+            res = self._resources
+            for producer in producer_streams:  # __cuda_array_interface__ v3 ordering
+                driver.event_record(res.sync_event, producer)
+                driver.stream_wait_event(stream, res.sync_event)
+            if self._last_stream is not None and stream != self._last_stream:
+                driver.stream_wait_event(stream, self._events[self._last_slot])
+            if pointers == self._last_pointers:
+                slot = self._last_slot
+            else:
+                slot = self._free_slot()
+                row = self._staging[slot]
+                row[self._scatter] = pointers
+                driver.memcpy_htod_async(
+                    self._slot_address(slot),
+                    self._staging_addresses[slot],
+                    self._slot_bytes,
+                    stream,
+                )
+            params = self._params[slot]
+            if stream != self._config_stream:
+                for config in self._configs:
+                    config.hStream = stream
+                self._config_stream = stream
+            for function, config, param in zip(self._functions, self._configs, params):
+                driver.launch(function, config, param)
+            driver.event_record(self._events[slot], stream)
+            self._seq += 1
+            self._slot_seq[slot] = self._seq
+            self._last_slot = slot
+            self._last_stream = stream
+            self._last_pointers = pointers
+
+    def _free_slot(self) -> int:
+        """The next ring slot whose staging no queued copy still reads."""
+        slot = self._next
+        self._next = (slot + 1) % self.ring_slots
+        seq = self._slot_seq[slot]
+        if seq <= self._done_seq:
+            return slot
+        if driver.event_query(self._events[self._last_slot]):
+            self._done_seq = self._seq  # launches of a plan complete in order
+        elif driver.event_query(self._events[slot]):
+            self._done_seq = max(self._done_seq, seq)
+        else:
+            driver.event_synchronize(self._events[slot])
+            self._done_seq = max(self._done_seq, seq)
+        return slot
+
+    def synchronize(self) -> None:
+        """Wait until every run of this plan has completed."""
+        with self._lock:
+            if self._last_slot is not None and not self._closed:
+                driver.event_synchronize(self._events[self._last_slot])
+                self._done_seq = self._seq
+
+    # lifetime ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Wait for queued runs, then free the plan's device, pinned and event resources."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._last_slot is not None:
+                self._resources.last_event = self._events[self._last_slot]
+            self._finalizer()
+
+    def __enter__(self) -> GroupedGemmPlan:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        names = ", ".join(v.name for v in self.variants)
+        return (
+            f"GroupedGemmPlan({self.num_groups} groups on device {self.device}, "
+            f"{len(self.launches)} launch(es) of {names})"
+        )
+
+
+class _Resources:
+    """What a plan owns; released once, by close() or when the plan is collected."""
+
+    def __init__(self):
+        self.device = None
+        self.device_ptr = 0
+        self.host_ptr = 0
+        self.events = []
+        self.sync_event = None
+        self.last_event = None
+        self.keep = []
+
+    def release(self) -> None:
+        if self.device is not None:
+            driver.activate(self.device)
+        if self.last_event is not None:
+            driver.event_synchronize(self.last_event)
+        elif self.events:  # collected without close(): wait for whatever may be queued
+            for event in self.events:
+                driver.event_synchronize(event)
+        for event in self.events + ([self.sync_event] if self.sync_event is not None else []):
+            driver.event_destroy(event)
+        self.events, self.sync_event = [], None
+        if self.device_ptr:
+            driver.mem_free(self.device_ptr)
+            self.device_ptr = 0
+        if self.host_ptr:
+            driver.host_free(self.host_ptr)
+            self.host_ptr = 0
+        self.keep = []
+
+
+def _misaligned(pointers: list[int]) -> bool:
+    """Any pointer null, negative or not 32-byte aligned (a plain loop: the hot path)."""
+    for x in pointers:
+        if x & _ADDRESS_MASK or x <= 0:
+            return True
+    return False
+
+
+def _with_null_pointers(inputs: dict[str, int]) -> dict[str, int]:
+    return {
+        "problem_sizes": 0, "abc_pointers": 0, "scale_pointers": 0, "cta_prefix": 0,
+        "tensormap_workspace": 0, **inputs,
+    }  # fmt: skip
+
+
+def _describe(g: int, field: str, obj, stream: int) -> DeviceArray:
+    try:
+        return device_array(obj, stream)
+    except (TypeError, ValueError) as exc:
+        raise InvalidProblemError(f"group {g}: {field}: {exc}") from exc
+
+
+# plan cache and the one-call API ----------------------------------------------------------
+
+_PLAN_CACHE_SIZE = 64
+_plans: OrderedDict = OrderedDict()
+_plans_lock = threading.Lock()
+
+
+def get_plan(problem_sizes, device: int = 0, *, artifacts=None) -> GroupedGemmPlan:
+    """A cached plan for ``problem_sizes`` on ``device`` (the most recent 64 are kept)."""
+    sizes = validation.problem_sizes(problem_sizes)
+    key = (int(device), sizes, None if artifacts is None else str(artifacts))
+    with _plans_lock:
+        plan = _plans.get(key)
+        if plan is not None and not plan._closed:
+            _plans.move_to_end(key)
+            return plan
+        plan = GroupedGemmPlan(sizes, device, artifacts=artifacts)
+        _plans[key] = plan
+        while len(_plans) > _PLAN_CACHE_SIZE:
+            _plans.popitem(last=False)  # freed once its last user drops it
+        return plan
+
+
+def clear_plan_cache() -> None:
+    with _plans_lock:
+        _plans.clear()
+
+
+def infer_problem_sizes(a, b) -> list[tuple[int, int, int, int]]:
+    """(m, n, k, 1) per group from the shapes of A (m, k/2) and B (n, k/2)."""
+    sizes = []
+    for g, (a_g, b_g) in enumerate(zip(a, b, strict=True)):
+        shapes = []
+        for field, operand in (("a", a_g), ("b", b_g)):
+            if operand.shape is None:
+                raise InvalidProblemError(
+                    f"group {g}: {field} is a raw pointer, so problem_sizes must be given"
+                )
+            if len(operand.shape) < 2:
+                raise InvalidProblemError(
+                    f"group {g}: {field} must be 2-D (rows, k/2), got shape {operand.shape}"
+                )
+            k = operand.shape[1] * (2 if operand.dtype != "e2m1" else 1)
+            shapes.append((operand.shape[0], k))
+        (m, k_a), (n, k_b) = shapes
+        if k_a != k_b:
+            raise InvalidProblemError(f"group {g}: a implies k = {k_a}, b implies k = {k_b}")
+        sizes.append((m, n, k_a, 1))
+    return sizes
+
+
+def grouped_gemm(a, b, c, sfa, sfb, problem_sizes=None, stream=None, device=None) -> None:
+    """C_g = A_g @ B_g^T for every group g, on ``stream``, through a cached plan.
+
+    Problem sizes are inferred from the shapes of A and B when not given; the device
+    from the operands (DLPack, CuPy, PyTorch), else 0.
+    """
+    handle = stream_handle(stream)
+    columns = []
+    for field, column in zip(_FIELDS, (a, b, c, sfa, sfb)):
+        columns.append([_describe(g, field, obj, handle) for g, obj in enumerate(column)])
+    if problem_sizes is None:
+        if len(columns[0]) != len(columns[1]):
+            raise InvalidProblemError(
+                f"a has {len(columns[0])} operands and b has {len(columns[1])}"
+            )
+        problem_sizes = infer_problem_sizes(columns[0], columns[1])
+    if device is None:
+        found = [arr.device for col in columns for arr in col if arr.device is not None]
+        device = found[0] if found else 0
+    plan = get_plan(problem_sizes, device)
+    plan.run(*columns, stream=handle)

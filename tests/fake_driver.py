@@ -1,0 +1,251 @@
+"""A fake of ``cuda.bindings.driver`` for testing the runtime without a GPU.
+
+Install it with ``nvfp4_aot.driver.use_backend(FakeDriver(...))``. Functions have the
+bindings' names and return the same ``(CUresult, *values)`` tuples; struct and enum
+types (``CUlaunchConfig``, ``CUdevice_attribute`` ...) come from the real bindings, which
+work without a driver. Device memory is simulated with bytearrays, so tests can read
+back what the runtime uploaded; every call is recorded in ``calls``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+
+from cuda.bindings import driver as real
+
+SUCCESS = real.CUresult.CUDA_SUCCESS
+NOT_READY = real.CUresult.CUDA_ERROR_NOT_READY
+INVALID_VALUE = real.CUresult.CUDA_ERROR_INVALID_VALUE
+
+
+@dataclass
+class Launch:
+    function: object
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    stream: int
+    attributes: list[tuple[int, object]]
+    params: list[bytes]  # bytes of every parameter, read through kernelParams
+
+
+@dataclass
+class FakeKernel:
+    library: int
+    symbol: str
+    params: list[tuple[int, int]]
+
+
+@dataclass
+class FakeEvent:
+    ident: int
+    recorded_on: list[int] = field(default_factory=list)
+    ready: bool = True
+
+
+class FakeDriver:
+    """Parameters describe the one simulated device kind (all ordinals alike)."""
+
+    def __init__(
+        self,
+        capability=(10, 0),
+        sm_count: int = 132,
+        smem_optin: int = 232448,
+        devices: int = 1,
+        kernel_params: dict[str, list[tuple[int, int]]] | None = None,
+        report_param_info: bool = True,
+    ):
+        self.capability = capability
+        self.attributes = {16: sm_count, 75: capability[0], 76: capability[1], 97: smem_optin}
+        self.devices = devices
+        self.kernel_params = dict(kernel_params or {})
+        self.report_param_info = report_param_info
+        self.calls: list[tuple[str, tuple]] = []
+        self.memory: dict[int, bytearray] = {}
+        self.host: dict[int, ctypes.Array] = {}
+        self.launches: list[Launch] = []
+        self.copies: list[tuple[int, bytes, int]] = []  # async copies: (dst, data, stream)
+        self.events: list[FakeEvent] = []
+        self.function_attributes: list[tuple[object, int, int]] = []
+        self.events_ready = True
+        self._next = 0x7F00_0000_0000
+        self._handles = 0
+
+    def __getattr__(self, name):
+        if name.startswith("CU"):  # types and enums
+            return getattr(real, name)
+        raise AttributeError(f"the fake driver has no {name}")
+
+    def _record(self, name, *args):
+        self.calls.append((name, args))
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.calls]
+
+    def _handle(self) -> int:
+        self._handles += 1
+        return self._handles
+
+    # devices and contexts
+    def cuInit(self, flags):
+        self._record("cuInit", flags)
+        return (SUCCESS,)
+
+    def cuDeviceGetCount(self):
+        return (SUCCESS, self.devices)
+
+    def cuDeviceGet(self, ordinal):
+        if not 0 <= ordinal < self.devices:
+            return (real.CUresult.CUDA_ERROR_INVALID_DEVICE, None)
+        return (SUCCESS, ordinal)
+
+    def cuDeviceGetAttribute(self, attribute, device):
+        return (SUCCESS, self.attributes.get(int(attribute), 0))
+
+    def cuDeviceGetName(self, length, device):
+        return (SUCCESS, b"Fake GPU\0")
+
+    def cuDevicePrimaryCtxRetain(self, device):
+        self._record("cuDevicePrimaryCtxRetain", device)
+        return (SUCCESS, f"context{device}")
+
+    def cuCtxSetCurrent(self, context):
+        self._record("cuCtxSetCurrent", context)
+        return (SUCCESS,)
+
+    def cuGetErrorName(self, error):
+        return (SUCCESS, real.CUresult(int(error)).name.encode())
+
+    def cuGetErrorString(self, error):
+        return (SUCCESS, b"fake error string")
+
+    # memory
+    def cuMemAlloc(self, size):
+        self._record("cuMemAlloc", size)
+        pointer = self._next
+        self._next += -(-size // 4096) * 4096 + 4096
+        self.memory[pointer] = bytearray(size)
+        return (SUCCESS, pointer)
+
+    def cuMemFree(self, pointer):
+        self._record("cuMemFree", pointer)
+        del self.memory[int(pointer)]
+        return (SUCCESS,)
+
+    def cuMemHostAlloc(self, size, flags):
+        self._record("cuMemHostAlloc", size, flags)
+        buffer = (ctypes.c_char * (size + 4096))()
+        pointer = -(-ctypes.addressof(buffer) // 4096) * 4096
+        self.host[pointer] = buffer
+        return (SUCCESS, pointer)
+
+    def cuMemFreeHost(self, pointer):
+        self._record("cuMemFreeHost", pointer)
+        del self.host[int(pointer)]
+        return (SUCCESS,)
+
+    def _write(self, dst, data: bytes):
+        for base, memory in self.memory.items():
+            if base <= dst and dst + len(data) <= base + len(memory):
+                memory[dst - base : dst - base + len(data)] = data
+                return
+        raise AssertionError(f"copy to 0x{dst:x} + {len(data)} is outside every allocation")
+
+    def read(self, address: int, size: int) -> bytes:
+        for base, memory in self.memory.items():
+            if base <= address and address + size <= base + len(memory):
+                return bytes(memory[address - base : address - base + size])
+        raise AssertionError(f"0x{address:x} + {size} is outside every allocation")
+
+    def cuMemcpyHtoD(self, dst, src, size):
+        self._record("cuMemcpyHtoD", dst, src, size)
+        self._write(int(dst), ctypes.string_at(src, size))
+        return (SUCCESS,)
+
+    def cuMemcpyHtoDAsync(self, dst, src, size, stream):
+        self._record("cuMemcpyHtoDAsync", dst, src, size, stream)
+        data = ctypes.string_at(src, size)
+        self.copies.append((int(dst), data, int(stream)))
+        self._write(int(dst), data)
+        return (SUCCESS,)
+
+    # events and streams
+    def cuEventCreate(self, flags):
+        self._record("cuEventCreate", flags)
+        event = FakeEvent(self._handle())
+        self.events.append(event)
+        return (SUCCESS, event)
+
+    def cuEventDestroy(self, event):
+        self._record("cuEventDestroy", event.ident)
+        return (SUCCESS,)
+
+    def cuEventRecord(self, event, stream):
+        self._record("cuEventRecord", event.ident, stream)
+        event.recorded_on.append(int(stream))
+        event.ready = self.events_ready
+        return (SUCCESS,)
+
+    def cuEventQuery(self, event):
+        self._record("cuEventQuery", event.ident)
+        return (SUCCESS,) if event.ready else (NOT_READY,)
+
+    def cuEventSynchronize(self, event):
+        self._record("cuEventSynchronize", event.ident)
+        event.ready = True
+        return (SUCCESS,)
+
+    def cuStreamWaitEvent(self, stream, event, flags):
+        self._record("cuStreamWaitEvent", stream, event.ident)
+        return (SUCCESS,)
+
+    # libraries and launches
+    def cuLibraryLoadData(self, image, *options):
+        self._record("cuLibraryLoadData", len(image))
+        return (SUCCESS, self._handle())
+
+    def cuLibraryUnload(self, library):
+        self._record("cuLibraryUnload", library)
+        return (SUCCESS,)
+
+    def cuLibraryGetKernel(self, library, name):
+        symbol = name.decode()
+        self._record("cuLibraryGetKernel", library, symbol)
+        if symbol not in self.kernel_params:
+            return (real.CUresult.CUDA_ERROR_NOT_FOUND, None)
+        return (SUCCESS, FakeKernel(library, symbol, self.kernel_params[symbol]))
+
+    def cuKernelGetFunction(self, kernel):
+        self._record("cuKernelGetFunction", kernel.symbol)
+        return (SUCCESS, kernel)
+
+    def cuFuncGetParamInfo(self, function, index):
+        if not self.report_param_info:
+            return (real.CUresult.CUDA_ERROR_NOT_SUPPORTED, 0, 0)
+        if index >= len(function.params):
+            return (INVALID_VALUE, 0, 0)
+        return (SUCCESS, *function.params[index])
+
+    def cuFuncSetAttribute(self, function, attribute, value):
+        self._record("cuFuncSetAttribute", function.symbol, int(attribute), value)
+        self.function_attributes.append((function.symbol, int(attribute), value))
+        return (SUCCESS,)
+
+    def cuLaunchKernelEx(self, config, function, kernel_params, extra):
+        self._record("cuLaunchKernelEx", function.symbol)
+        pointers = (ctypes.c_void_p * len(function.params)).from_address(kernel_params)
+        params = [ctypes.string_at(p, size) for p, (_off, size) in zip(pointers, function.params)]
+        attributes = [(int(a.id), a.value) for a in config.attrs[: config.numAttrs]]
+        self.launches.append(
+            Launch(
+                function,
+                (config.gridDimX, config.gridDimY, config.gridDimZ),
+                (config.blockDimX, config.blockDimY, config.blockDimZ),
+                config.sharedMemBytes,
+                int(config.hStream),
+                attributes,
+                params,
+            )
+        )
+        return (SUCCESS,)
