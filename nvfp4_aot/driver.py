@@ -54,12 +54,13 @@ def use_backend(new_backend):
     Swapping also forgets the initialisation state and the retained contexts, so that a
     fake starts from a clean slate.
     """
-    global _backend, _initialized
+    global _backend, _initialized, _hot_path
     with _lock:
         previous = _backend
         _backend = new_backend
         _initialized = False
         _contexts.clear()
+        _hot_path = None
     return previous
 
 
@@ -377,3 +378,100 @@ def launch(function, config, kernel_params: int) -> None:
     into a packed parameter buffer (see :mod:`nvfp4_aot.plan`).
     """
     check("cuLaunchKernelEx", backend().cuLaunchKernelEx(config, function, kernel_params, 0))
+
+
+# the steady-state hot path ----------------------------------------------------------
+
+# Default values of the launch attributes: a launch whose attributes all equal these is
+# identical through cuLaunchKernel, which needs no CUlaunchConfig marshalling.
+DEFAULT_LAUNCH_ATTRIBUTES = {2: (0,), 4: (1, 1, 1), 5: (0,), 6: (0,), 8: (0,)}
+
+
+class HotPath:
+    """Direct calls of the five driver functions on a plan's steady-state path.
+
+    The bindings marshal arguments through Python objects (about 5 us per
+    ``cuLaunchKernelEx``); these entry points, resolved once through
+    ``cuGetProcAddress`` from the same driver, take plain integers. Every call is still
+    checked and raises :class:`CudaError` naming the operation and the CUresult.
+    """
+
+    _SIGNATURES = {
+        # name: (driver version the entry point is asked for, argument types)
+        "cuCtxSetCurrent": (4000, ("p",)),
+        "cuMemcpyHtoDAsync": (3020, ("Q", "p", "Q", "p")),
+        "cuLaunchKernel": (4000, ("p", "I", "I", "I", "I", "I", "I", "I", "p", "p", "p")),
+        "cuEventRecord": (2000, ("p", "p")),
+        "cuEventQuery": (2000, ("p",)),
+    }
+
+    def __init__(self):
+        import ctypes
+
+        codes = {"p": ctypes.c_void_p, "Q": ctypes.c_uint64, "I": ctypes.c_uint}
+        b = backend()
+        for name, (version, args) in self._SIGNATURES.items():
+            address = call("cuGetProcAddress", name.encode(), version, 0)
+            if isinstance(address, tuple):  # (pfn, symbol status) in newer bindings
+                address = address[0]
+            prototype = ctypes.CFUNCTYPE(ctypes.c_int, *(codes[a] for a in args))
+            setattr(self, "_" + name, prototype(int(address)))
+        self._result = b.CUresult
+
+    def _fail(self, operation: str, status: int):
+        result = self._result(status)
+        raise CudaError(operation, _result_name(result), _result_string(result))
+
+    def set_context(self, context: int) -> None:
+        status = self._cuCtxSetCurrent(context)
+        if status:
+            self._fail("cuCtxSetCurrent", status)
+
+    def memcpy_htod_async(self, dst: int, src: int, size: int, stream: int) -> None:
+        status = self._cuMemcpyHtoDAsync(dst, src, size, stream)
+        if status:
+            self._fail("cuMemcpyHtoDAsync", status)
+
+    def launch(self, function: int, grid, block, shared_bytes: int, stream: int, params: int):
+        status = self._cuLaunchKernel(function, *grid, *block, shared_bytes, stream, params, None)
+        if status:
+            self._fail("cuLaunchKernel", status)
+
+    def event_record(self, event: int, stream: int) -> None:
+        status = self._cuEventRecord(event, stream)
+        if status:
+            self._fail("cuEventRecord", status)
+
+    def event_query(self, event: int) -> bool:
+        status = self._cuEventQuery(event)
+        if status == _CUDA_ERROR_NOT_READY:
+            return False
+        if status:
+            self._fail("cuEventQuery", status)
+        return True
+
+
+_hot_path: HotPath | None = None
+
+
+def hot_path() -> HotPath | None:
+    """The direct-call hot path, or None where the backend cannot provide one (a fake)."""
+    global _hot_path
+    if not hasattr(backend(), "cuGetProcAddress"):
+        return None
+    if _hot_path is None:
+        with _lock:
+            if _hot_path is None:
+                _hot_path = HotPath()
+    return _hot_path
+
+
+def handle(obj) -> int:
+    """The integer value of a driver handle (context, function, event, stream)."""
+    return int(obj)
+
+
+def current_context(ordinal: int):
+    """The retained primary context of ``ordinal`` (after :func:`activate`)."""
+    activate(ordinal)
+    return _contexts[ordinal]
