@@ -13,6 +13,7 @@ pointers, handles of streams and events stay whatever the backend returns.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Sequence
 
@@ -261,6 +262,12 @@ def stream_wait_event(stream: int, event) -> None:
     call("cuStreamWaitEvent", stream, event, 0)
 
 
+def stream_is_capturing(stream: int) -> bool:
+    """Whether ``stream`` is recording a CUDA graph."""
+    status = call("cuStreamIsCapturing", stream)
+    return int(status) != 0
+
+
 def stream_synchronize(stream: int) -> None:
     call("cuStreamSynchronize", stream)
 
@@ -403,11 +410,10 @@ class HotPath:
         "cuLaunchKernel": (4000, ("p", "I", "I", "I", "I", "I", "I", "I", "p", "p", "p")),
         "cuEventRecord": (2000, ("p", "p")),
         "cuEventQuery": (2000, ("p",)),
+        "cuStreamIsCapturing": (10000, ("p", "p")),
     }
 
     def __init__(self):
-        import ctypes
-
         codes = {"p": ctypes.c_void_p, "Q": ctypes.c_uint64, "I": ctypes.c_uint}
         b = backend()
         for name, (version, args) in self._SIGNATURES.items():
@@ -417,6 +423,7 @@ class HotPath:
             prototype = ctypes.CFUNCTYPE(ctypes.c_int, *(codes[a] for a in args))
             setattr(self, "_" + name, prototype(int(address)))
         self._result = b.CUresult
+        self._capture_status = ctypes.c_int(0)
 
     def _fail(self, operation: str, status: int):
         result = self._result(status)
@@ -441,6 +448,12 @@ class HotPath:
         status = self._cuEventRecord(event, stream)
         if status:
             self._fail("cuEventRecord", status)
+
+    def stream_is_capturing(self, stream: int) -> bool:
+        status = self._cuStreamIsCapturing(stream, ctypes.byref(self._capture_status))
+        if status:
+            self._fail("cuStreamIsCapturing", status)
+        return self._capture_status.value != 0  # CU_STREAM_CAPTURE_STATUS_NONE
 
     def event_query(self, event: int) -> bool:
         status = self._cuEventQuery(event)

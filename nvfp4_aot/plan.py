@@ -196,9 +196,13 @@ class GroupedGemmPlan:
             max(s.persistent_blocks for s in launches) * WORKSPACE_BYTES_PER_BLOCK
         )
         self._workspace_offset = offset
-        self._ring_offset = _round_up(offset + self.workspace_bytes, _ALIGN)
+        # CUDA graphs get a slot and a workspace of their own, so that replays never
+        # share a workspace with eager runs of the plan (see capture in launch_pointers).
+        self._graph_workspace_offset = _round_up(offset + self.workspace_bytes, _ALIGN)
+        self._ring_offset = _round_up(self._graph_workspace_offset + self.workspace_bytes, _ALIGN)
         self._slot_bytes = slot_bytes
-        self.device_bytes = self._ring_offset + ring_slots * slot_bytes
+        self.graph_slot = ring_slots
+        self.device_bytes = self._ring_offset + (ring_slots + 1) * slot_bytes
 
         driver.activate(self.device)
         self._resources = _Resources()
@@ -216,15 +220,16 @@ class GroupedGemmPlan:
     def _allocate(self) -> None:
         res = self._resources
         res.device_ptr = driver.mem_alloc(self.device_bytes)
-        res.host_ptr = driver.host_alloc(self.ring_slots * self._slot_bytes)
-        ctypes.memset(res.host_ptr, 0, self.ring_slots * self._slot_bytes)
+        slots = self.ring_slots + 1  # the ring and the graph slot
+        res.host_ptr = driver.host_alloc(slots * self._slot_bytes)
+        ctypes.memset(res.host_ptr, 0, slots * self._slot_bytes)
         words = self._slot_bytes // 8
         staging = np.ctypeslib.as_array(
-            (ctypes.c_int64 * (self.ring_slots * words)).from_address(res.host_ptr)
+            (ctypes.c_int64 * (slots * words)).from_address(res.host_ptr)
         )
-        self._staging = staging.reshape(self.ring_slots, words)
+        self._staging = staging.reshape(slots, words)
         self._staging_addresses = tuple(
-            res.host_ptr + slot * self._slot_bytes for slot in range(self.ring_slots)
+            res.host_ptr + slot * self._slot_bytes for slot in range(slots)
         )
 
         static = np.zeros(self._workspace_offset, dtype=np.uint8)
@@ -239,7 +244,7 @@ class GroupedGemmPlan:
                 np.uint8
             )
         driver.memcpy_htod(res.device_ptr, static.ctypes.data, static.nbytes)
-        for slot in range(self.ring_slots):  # padding rows of the tables stay zero
+        for slot in range(slots):  # padding rows of the tables stay zero
             driver.memcpy_htod(
                 self._slot_address(slot), self._staging[slot].ctypes.data, self._slot_bytes
             )
@@ -247,7 +252,7 @@ class GroupedGemmPlan:
         # parameters: one packed buffer per (slot, sub-launch), addresses fixed for life
         self._params = []  # [slot][launch] -> kernelParams address
         res.keep = []
-        for slot in range(self.ring_slots):
+        for slot in range(slots):
             per_launch = []
             for launch, kernel in zip(self.launches, self._kernels):
                 inputs = self._inputs(launch, slot)
@@ -339,7 +344,8 @@ class GroupedGemmPlan:
             "abc_pointers": slot_base + launch.abc_offset,
             "scale_pointers": slot_base + launch.scales_offset,
             "cta_prefix": base + launch.prefix_offset,
-            "tensormap_workspace": base + self._workspace_offset,
+            "tensormap_workspace": base
+            + (self._graph_workspace_offset if slot == self.graph_slot else self._workspace_offset),
             "total_tiles": launch.total_tiles,
             "persistent_blocks": launch.persistent_blocks,
         }
@@ -502,6 +508,9 @@ class GroupedGemmPlan:
         with self._lock:
             if self._closed:
                 raise Nvfp4Error("the plan is closed")
+            if self._capturing(stream):
+                self._launch_captured(pointers, stream)
+                return
             if self._hot is not None and not producer_streams and stream == self._last_stream:
                 self._launch_hot(pointers, stream)
                 return
@@ -558,6 +567,39 @@ class GroupedGemmPlan:
         self._slot_seq[slot] = self._seq
         self._last_slot = slot
         self._last_pointers = pointers
+
+    def _capturing(self, stream: int) -> bool:
+        if self._hot is not None:
+            return self._hot.stream_is_capturing(stream)
+        return driver.stream_is_capturing(stream)
+
+    def _launch_captured(self, pointers, stream: int) -> None:
+        """A run recorded into a CUDA graph: the graph slot and the graph workspace, no
+        ring events. The captured copy reads the graph slot's pinned staging at each
+        replay, which :meth:`set_graph_pointers` rewrites between replays."""
+        slot = self.graph_slot
+        self._staging[slot][self._scatter] = pointers
+        driver.memcpy_htod_async(
+            self._slot_address(slot), self._staging_addresses[slot], self._slot_bytes, stream
+        )
+        for function, config, params in zip(self._functions, self._configs, self._params[slot]):
+            config.hStream = stream
+            driver.launch(function, config, params)
+        self._config_stream = stream
+
+    def set_graph_pointers(self, a, b, c, sfa, sfb) -> None:
+        """Point the next replay of a CUDA graph that captured :meth:`run` at new operands.
+
+        Validates like :meth:`run` and rewrites the graph slot's pinned staging, which the
+        graph's copy node reads when it replays. Call it only while no replay of the graph
+        is pending (e.g. after synchronising the stream it was launched on): a replay in
+        flight may otherwise read half-written tables.
+        """
+        pointers, _producers = self.pointers(a, b, c, sfa, sfb)
+        with self._lock:
+            if self._closed:
+                raise Nvfp4Error("the plan is closed")
+            self._staging[self.graph_slot][self._scatter] = pointers
 
     def _query(self, slot: int) -> bool:
         if self._hot is not None:

@@ -196,6 +196,11 @@ class FakeDriver:
         event.ready = True
         return (SUCCESS,)
 
+    def cuStreamIsCapturing(self, stream):
+        # a query, not recorded: tests list the calls that do work
+        capturing = int(stream) in getattr(self, "capturing_streams", ())
+        return (SUCCESS, 1 if capturing else 0)
+
     def cuStreamWaitEvent(self, stream, event, flags):
         self._record("cuStreamWaitEvent", stream, event.ident)
         return (SUCCESS,)

@@ -477,6 +477,41 @@ def test_steady_state_calls(make_fake, artifacts):
         assert [n for n in fake.names()[start:] if n != "cuCtxSetCurrent"] == expected_copy
 
 
+def test_graph_capture_uses_its_own_slot_and_workspace(make_fake, artifacts):
+    """Under stream capture: graph slot + graph workspace, no ring events; then
+    set_graph_pointers rewrites only the pinned staging the captured copy reads."""
+    fake = make_fake()
+    sizes = [(128, 256, 512)] * 2
+    with plan.GroupedGemmPlan(sizes, artifacts=artifacts, ring_slots=2) as p:
+        ops = operands_for(sizes)
+        p.run(*ops, stream=5)  # an eager run first
+        eager = p.kernel_inputs(0)[0]
+        graph = p.kernel_inputs(p.graph_slot)[0]
+        assert graph["tensormap_workspace"] != eager["tensormap_workspace"]
+        assert graph["abc_pointers"] not in {
+            p.kernel_inputs(s)[0]["abc_pointers"] for s in range(2)
+        }
+        fake.capturing_streams = {9}
+        start = len(fake.calls)
+        p.run(*ops, stream=9)
+        assert [n for n in fake.names()[start:] if n != "cuCtxSetCurrent"] == [
+            "cuMemcpyHtoDAsync", "cuLaunchKernelEx"]  # fmt: skip
+        dst, _data, stream = fake.copies[-1]
+        assert (dst, stream) == (graph["abc_pointers"], 9)
+        launched = b"".join(fake.launches[-1].params)
+        assert graph["tensormap_workspace"].to_bytes(8, "little") in launched
+        assert eager["tensormap_workspace"].to_bytes(8, "little") not in launched
+
+        other = operands_for(sizes, base=0x20_0000_0000)
+        start = len(fake.calls)
+        p.set_graph_pointers(*other)
+        assert fake.names()[start:] == []  # host staging only
+        words = p._staging[p.graph_slot]
+        assert other[0][1].__cuda_array_interface__["data"][0] in words.tolist()
+        with pytest.raises(InvalidProblemError, match="a has 1 operands"):
+            p.set_graph_pointers(other[0][:1], *other[1:])
+
+
 def test_ring_waits_only_when_every_slot_is_in_flight(make_fake, artifacts):
     fake = make_fake()
     fake.events_ready = False
