@@ -10,15 +10,11 @@
    sets alternate) and unchanged shapes, on a one-tile problem so the GPU keeps up;
    median over batches. Also with repeated pointers, through ``launch_pointers`` and the
    bare ``cuLaunchKernelEx`` floor.
-3. CUDA graph: N runs captured (relaxed mode) on a plan that has N ring slots, replayed.
+3. CUDA graph: N runs captured (relaxed mode), alternating between two plans, replayed.
    The target applies to the host time of one cuGraphLaunch divided by N (launched on
    an idle queue, so it never blocks); wall and GPU time per run with replays queued are
    bound by the kernel itself (about 11 us for one tile of the sm_90a kernel) and are
    shown, as is a graph of kernel nodes only (same pointers, copies skipped).
-
-Capture is safe here only because the plan is fresh, has a ring slot per captured run,
-is synchronised before capture on the capture stream, and is never run eagerly
-afterwards: the captured copies read the plan's pinned staging at replay time.
 
 Uses only nvfp4_aot, cuda.bindings (through nvfp4_aot.driver) and numpy.
 
@@ -229,20 +225,18 @@ def steady_state(device: int, calls: int, pointer_sets: int) -> dict[str, float]
 def graph(device: int, runs_per_graph: int, replays: int, alternate: bool = True) -> dict:
     """Capture ``runs_per_graph`` runs and replay the graph.
 
-    With ``alternate`` the input sets alternate, so every run captures its pointer-table
-    copy (memcpy node + kernel node); without, the plan skips the copies and the graph
-    is kernel nodes only (plus one copy).
+    Under capture a plan records into its graph slot (a pointer-table copy node and the
+    kernel node per run). With ``alternate`` the runs alternate between two plans with
+    two input sets, so the replay must write both sets' C; without, one plan.
     """
-    plan = GroupedGemmPlan(SMALL, device, ring_slots=runs_per_graph)
+    sets = [Operands(SMALL) for _ in range(2 if alternate else 1)]
+    plans = [GroupedGemmPlan(SMALL, device) for _ in sets]
     stream = int(driver.call("cuStreamCreate", 1))
-    sets = [Operands(SMALL) for _ in range(2)]
-    plan.run(*sets[0].columns, stream=stream)  # same stream as the capture: no cross-stream wait
-    plan.synchronize()  # every ring slot known free: no event query while capturing
     mode = driver.backend().CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
     driver.call("cuStreamBeginCapture", stream, mode)
     try:
         for i in range(runs_per_graph):
-            plan.run(*sets[(i + 1) % 2 if alternate else 0].columns, stream=stream)
+            plans[i % len(plans)].run(*sets[i % len(sets)].columns, stream=stream)
     finally:
         cuda_graph = driver.call("cuStreamEndCapture", stream)
     _nodes, node_count = driver.call("cuGraphGetNodes", cuda_graph, 0)
@@ -253,7 +247,7 @@ def graph(device: int, runs_per_graph: int, replays: int, alternate: bool = True
     for _ in range(3):
         driver.call("cuGraphLaunch", executable, stream)
     driver.stream_synchronize(stream)
-    wrote_c = all(s.c_is_zero() for s in (sets if alternate else sets[:1]))
+    wrote_c = all(s.c_is_zero() for s in sets)
 
     host_samples = []  # one launch on an idle queue: the host cost, never blocked
     for _ in range(replays):
@@ -272,9 +266,10 @@ def graph(device: int, runs_per_graph: int, replays: int, alternate: bool = True
     gpu_ms = float(driver.call("cuEventElapsedTime", start, end))
     total = replays * runs_per_graph
     try:
-        plan.close()
+        for plan in plans:
+            plan.close()
         close = "ok"
-    except Exception as exc:  # events last recorded during capture
+    except Exception as exc:
         close = f"{type(exc).__name__}: {exc}"
     return {
         "nodes": int(node_count),

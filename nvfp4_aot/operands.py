@@ -152,17 +152,28 @@ def device_array(obj, stream: int = 0) -> DeviceArray:
 
 
 def cuda_array_interface(obj) -> dict | None:
-    """``obj.__cuda_array_interface__``, or None if absent or refused while DLPack exists.
+    """``obj.__cuda_array_interface__``, or None where DLPack should describe ``obj``.
 
-    PyTorch raises from the property for dtypes it has no typestr for (float8, FP4) and
-    for tensors that require grad; DLPack describes those.
+    DLPack is preferred when the interface names no producer stream (version < 3, as
+    JAX's and PyTorch's): ``__dlpack__(stream=...)`` makes the launch stream wait for
+    the producer's pending work, which a stream-less interface cannot. PyTorch also
+    raises from the property for dtypes it has no typestr for (float8, FP4) and for
+    tensors that require grad; DLPack describes those too.
     """
     try:
-        return getattr(obj, "__cuda_array_interface__", None)
+        interface = getattr(obj, "__cuda_array_interface__", None)
     except Exception:
         if hasattr(obj, "__dlpack__"):
             return None
         raise
+    if (
+        isinstance(interface, dict)
+        and interface.get("stream") is None
+        and interface.get("version", 0) < 3
+        and hasattr(obj, "__dlpack__")
+    ):
+        return None
+    return interface
 
 
 def _from_cuda_array_interface(obj, interface: dict) -> DeviceArray:
