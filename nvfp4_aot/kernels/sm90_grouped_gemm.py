@@ -26,14 +26,17 @@ Kernel structure (one CTA per SM, persistent).  The tile is computed transposed,
 C^T = B * A^T, so that the large weight operand B never goes through shared
 memory as FP16:
   warps 0-7  two consumer warpgroups; warpgroup w owns weight rows [64w, 64w + 64)
-             of the TILE_N tile.  Per K tile each thread decodes its weight bytes
-             straight into registers in the wgmma A-fragment layout (two register
-             sets, even / odd K tiles), and all 256 threads together decode the
-             TILE_M activation rows into a 128B-swizzled K-major FP16 buffer (double
-             buffered) that is the wgmma B operand (N = TILE_M).  Decode of K tile t
-             overlaps the wgmma of K tile t-1.  A fixed permutation of the 128 K
-             positions of a tile, the same for both operands, makes the register
-             decode cheap (see the consumer section).
+             of the TILE_N tile.  Per K tile t each thread decodes its weight bytes
+             straight into registers in the wgmma A-fragment layout (register set
+             t % 2), and its half of the TILE_M activation rows of K tile t + 1
+             into a 128B-swizzled K-major FP16 buffer ((t + 1) % 4 of four) that
+             is the wgmma B operand (N = TILE_M).  The two warpgroups ping-pong
+             (FA3 style, named barriers 2 and 3): warpgroup w waits for its turn,
+             issues its 8 wgmmas of K tile t, hands the turn to the other one and
+             retires its wgmmas, so one warpgroup decodes while the other's
+             wgmmas run.  A fixed permutation of the 128 K positions of a tile, the
+             same for both operands, makes the register decode cheap (see the
+             consumer section).
   warp 8     producer: per-CTA tensormaps (A, B, SFA, SFB) updated in global
              memory whenever the group changes, TMA loads of raw FP4 + scales into
              a NUM_STAGES-deep mbarrier pipeline.
@@ -69,8 +72,8 @@ ARCHS = ("sm_90a",)
 TILE_M = 128
 TILE_N = 128
 TILE_K = 128
-NUM_STAGES = 6  # raw (FP4 + scale) TMA pipeline depth
-NUM_DEC_BUFFERS = 2  # decoded FP16 activation buffers (fixed: see the consumer loop)
+NUM_STAGES = 5  # raw (FP4 + scale) TMA pipeline depth
+NUM_DEC_BUFFERS = 4  # decoded FP16 activation buffers (fixed: see the consumer loop)
 
 NUM_CONSUMER_WARPS = 8  # two warpgroups, 64 weight rows each
 PRODUCER_WARP = NUM_CONSUMER_WARPS
@@ -220,6 +223,45 @@ def decode_scales(sf_pair: cutlass.Int32, *, loc=None, ip=None):
         asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip,
     )
     return _unpack(res, 2, loc, ip)
+
+
+
+def _load_weights(b_raw, sfb):
+    """Raw weight bytes (rows w_row, w_row + 8) and their scale pairs."""
+    w_words = []
+    w_sfs = []
+    for r8 in range(2):
+        w_words.append(lds_v4(b_raw + r8 * 8 * _TILE_KB))
+        w_sfs.append(lds_u16(sfb + r8 * 128))
+    return w_words, w_sfs
+
+
+def _decode_weights(regs, w_words, w_sfs):
+    """Weights -> wgmma A fragment registers: reg 8 w + 2 s + r8 of the set."""
+    for r8 in range(2):
+        sc = decode_scales(w_sfs[r8])
+        for w in range(4):
+            vals = decode_word(w_words[r8][w], sc[w // 2])
+            for s in range(4):
+                regs[8 * w + 2 * s + r8] = vals[s]
+
+
+def _decode_act(a_raw, sfa, a_dst, a_rr):
+    """This thread's activation tasks -> swizzled FP16 buffer (word w, shift s is
+    register s of 16-byte unit u = 4 (w % 2) + s, k = 8 u)."""
+    a_words = []
+    a_sfs = []
+    for i in range(_ACT_TASKS):
+        a_words.append(lds_v4(a_raw + i * 64 * _TILE_KB))
+        a_sfs.append(lds_u16(sfa + i * 8))
+    for i in range(_ACT_TASKS):
+        sc = decode_scales(a_sfs[i])
+        dst = a_dst + i * 8 * 1024
+        for w in range(4):
+            vals = decode_word(a_words[i][w], sc[w // 2])
+            for s in range(4):
+                unit = 4 * (w % 2) + s
+                sts_b32(dst + (w // 2) * (TILE_M * 128) + ((a_rr ^ unit) * 16), vals[s])
 
 
 @cute.jit
@@ -597,6 +639,10 @@ def kernel(
         tCcC = thr_mma.partition_C(cute.make_identity_tensor((TILE_N, TILE_M)))
 
         consumer_bar = pipeline.NamedBarrier(barrier_id=1, num_threads=NUM_CONSUMER_THREADS)
+        # Ping-pong turn barriers: warpgroup w waits on 2 + w, signals 3 - w.
+        wg = warp_idx // 4
+        my_turn_bar = pipeline.NamedBarrier(barrier_id=2 + wg, num_threads=NUM_CONSUMER_THREADS)
+        other_turn_bar = pipeline.NamedBarrier(barrier_id=3 - wg, num_threads=NUM_CONSUMER_THREADS)
         consumer_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Consumer, NUM_STAGES
         )
@@ -649,72 +695,70 @@ def kernel(
 
                 acc.fill(0.0)
                 tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-                # K tiles in pairs: decoded buffer and weight register set are
-                # compile-time per half.  Every K tile: decode (overlapping the
-                # previous K tile's wgmma), retire that wgmma, barrier, issue.
-                for k_pair in cutlass.range((k_tile_cnt + 1) // 2, unroll=1):
-                    for half in cutlass.range_constexpr(2):
-                        if k_pair * 2 + half < k_tile_cnt:
-                            ab_pipeline.consumer_wait(consumer_state)
+                # Ping-pong.  Prologue: both warpgroups decode their halves of
+                # the activations of K tile 0 into buffer 0.
+                ab_pipeline.consumer_wait(consumer_state)
+                _decode_act(
+                    a_raw_base + consumer_state.index * _A_RAW_BYTES + a_raw_off,
+                    sfa_base + consumer_state.index * _SF_BYTES + a_sf_off,
+                    a_dec_base + a_dec_row_off, a_rr,
+                )
+                cute.arch.fence_proxy("async.shared", space="cta")
+                consumer_bar.arrive_and_wait()
+                # K tile t: decode own weights (t) into register set t % 2 and
+                # own activation half of K tile t + 1 into buffer (t + 1) % 4,
+                # then wait for this warpgroup's turn, issue, retire wgmma t - 1,
+                # hand the turn to the other warpgroup.  Warpgroup 0 goes first.
+                # Each warpgroup retires its own wgmmas right after issuing them
+                # (FA3 style); the other warpgroup decodes meanwhile.  Keeping a
+                # wgmma in flight across the decode instead (wait_group(1), or
+                # v2's wait before the issue) gave no gain on the H200, and ptxas
+                # serialises every HGMMA (C7511) when this loop is unrolled by 4
+                # with it.  Four activation buffers: a warpgroup writes buffer
+                # (t + 1) % 4 while the other may still be reading t - 2's.
+                for k_quad in cutlass.range((k_tile_cnt + 3) // 4, unroll=1):
+                    for q in cutlass.range_constexpr(4):
+                        t = k_quad * 4 + q
+                        if t < k_tile_cnt:
                             stage = consumer_state.index
-                            a_raw = a_raw_base + stage * _A_RAW_BYTES + a_raw_off
-                            sfa = sfa_base + stage * _SF_BYTES + a_sf_off
-                            b_raw = b_raw_base + stage * _B_RAW_BYTES + w_raw_off
-                            sfb = sfb_base + stage * _SF_BYTES + w_sf_off
-                            a_dst = a_dec_base + half * (_DEC_ELEMS_A * 2) + a_dec_row_off
-                            # Raw loads first.
-                            a_words = []
-                            a_sfs = []
-                            for i in cutlass.range_constexpr(_ACT_TASKS):
-                                a_words.append(lds_v4(a_raw + i * 64 * _TILE_KB))
-                                a_sfs.append(lds_u16(sfa + i * 8))
-                            w_words = []
-                            w_sfs = []
-                            for r8 in cutlass.range_constexpr(2):
-                                w_words.append(lds_v4(b_raw + r8 * 8 * _TILE_KB))
-                                w_sfs.append(lds_u16(sfb + r8 * 128))
-                            # Weights -> registers: reg 8 w + 2 s + r8 of the set.
-                            regs = tCrA_regs[half]
-                            for r8 in cutlass.range_constexpr(2):
-                                sc = decode_scales(w_sfs[r8])
-                                for w in cutlass.range_constexpr(4):
-                                    vals = decode_word(w_words[r8][w], sc[w // 2])
-                                    for s in cutlass.range_constexpr(4):
-                                        regs[8 * w + 2 * s + r8] = vals[s]
-                            # Activations -> swizzled shared memory: word w, shift s
-                            # is register c of 16-byte unit u = 4 w + s (k = 8 u).
-                            for i in cutlass.range_constexpr(_ACT_TASKS):
-                                sc = decode_scales(a_sfs[i])
-                                dst = a_dst + i * 8 * 1024
-                                for w in cutlass.range_constexpr(4):
-                                    vals = decode_word(a_words[i][w], sc[w // 2])
-                                    for s in cutlass.range_constexpr(4):
-                                        unit = 4 * (w % 2) + s
-                                        sts_b32(
-                                            dst + (w // 2) * (TILE_M * 128)
-                                            + ((a_rr ^ unit) * 16),
-                                            vals[s],
-                                        )
+                            w_words, w_sfs = _load_weights(
+                                b_raw_base + stage * _B_RAW_BYTES + w_raw_off,
+                                sfb_base + stage * _SF_BYTES + w_sf_off,
+                            )
+                            if t + 1 < k_tile_cnt:
+                                next_state = consumer_state.clone()
+                                next_state.advance()
+                                ab_pipeline.consumer_wait(next_state)
+                                nstage = next_state.index
+                                _decode_act(
+                                    a_raw_base + nstage * _A_RAW_BYTES + a_raw_off,
+                                    sfa_base + nstage * _SF_BYTES + a_sf_off,
+                                    a_dec_base + ((q + 1) % NUM_DEC_BUFFERS) * (_DEC_ELEMS_A * 2)
+                                    + a_dec_row_off,
+                                    a_rr,
+                                )
+                            _decode_weights(tCrA_regs[q % 2], w_words, w_sfs)
                             ab_pipeline.consumer_release(consumer_state)
                             consumer_state.advance()
-                            # Make the generic-proxy stores visible to wgmma (async
-                            # proxy), retire our previous wgmma, sync both warpgroups.
                             cute.arch.fence_proxy("async.shared", space="cta")
-                            warpgroup.wait_group(0)
-                            consumer_bar.arrive_and_wait()
+                            if t > 0 or wg == 1:
+                                my_turn_bar.arrive_and_wait()
                             warpgroup.fence()
                             for kb in cutlass.range_constexpr(num_k_blocks):
                                 cute.gemm(
                                     tiled_mma,
                                     acc,
-                                    tCrA_sets[half][(None, None, kb)],
-                                    tCrB[(None, None, kb, half)],
+                                    tCrA_sets[q % 2][(None, None, kb)],
+                                    tCrB[(None, None, kb, q)],
                                     acc,
                                 )
                             warpgroup.commit_group()
+                            if t + 1 < k_tile_cnt or wg == 0:
+                                other_turn_bar.arrive()
+                            warpgroup.wait_group(0)
+                # Retire the last wgmma; the next tile's prologue overwrites
+                # buffer 0, so wait for the other warpgroup too.
                 warpgroup.wait_group(0)
-                # The next tile starts again with buffer 0: wait until the other
-                # warpgroup's wgmma has read it.
                 consumer_bar.arrive_and_wait()
 
                 #
