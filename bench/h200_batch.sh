@@ -14,7 +14,7 @@ step environment
   python3 -c 'import sys, numpy, cuda.bindings; print(sys.version.split()[0], "numpy", numpy.__version__, "cuda-bindings", cuda.bindings.__version__)'; } | tee "$OUT/env.txt"
 
 step "GPU tests (pytest -m gpu)"
-timeout 240 python3 -m pytest -q -m gpu tests/ -p no:cacheprovider 2>&1 | tail -25 | tee "$OUT/gpu_tests.txt"
+timeout 150 python3 -m pytest -q -m gpu tests/ -p no:cacheprovider 2>&1 | tail -25 | tee "$OUT/gpu_tests.txt"
 
 step "CLI from the installed wheel"
 rm -rf /tmp/site && python3 -m pip install -q --no-index --no-deps --target /tmp/site .carry/wheel/*.whl
@@ -26,18 +26,18 @@ rm -rf /tmp/site && python3 -m pip install -q --no-index --no-deps --target /tmp
     python3 -c 'import nvfp4_aot; print("nvfp4_aot from", nvfp4_aot.__file__)'
   } 2>&1 ) | tee "$OUT/cli_transcript.txt"
 
-step "kernel benchmark against torch baselines"
-timeout 300 python3 bench/bench_grouped_gemm.py --shapes "$SHAPES" --json "$OUT/bench.json" 2>&1 | tail -15 | tee "$OUT/bench.txt"
+step reliability
+timeout 120 python3 bench/reliability.py --json "$OUT/reliability.json" 2>&1 | tail -30 | tee "$OUT/reliability.txt"
 
 step "host path"
-timeout 200 python3 bench/host_path.py --shapes "$SHAPES" --json "$OUT/host_path.json" 2>&1 | tail -25 | tee "$OUT/host_path.txt"
+timeout 90 python3 bench/host_path.py --shapes "$SHAPES" --processes 3 --json "$OUT/host_path.json" 2>&1 | tail -25 | tee "$OUT/host_path.txt"
 
-step reliability
-timeout 240 python3 bench/reliability.py --json "$OUT/reliability.json" 2>&1 | tail -30 | tee "$OUT/reliability.txt"
+step "kernel benchmark against torch baselines"
+timeout 150 python3 bench/bench_grouped_gemm.py --shapes "$SHAPES" --repeats 60 --sets 2 --json "$OUT/bench.json" 2>&1 | tail -15 | tee "$OUT/bench.txt"
 
 step "compute-sanitizer (memcheck, racecheck) on a 3-group problem"
 for tool in memcheck racecheck; do
-  timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m nvfp4_aot verify \
+  timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m nvfp4_aot verify \
     --shape 200,256,512 --shape 72,384,256 --shape 128,128,128 2>&1 | tail -6 | tee "$OUT/sanitizer_$tool.txt"
   echo "exit code: ${PIPESTATUS[0]}" | tee -a "$OUT/sanitizer_$tool.txt"
 done
