@@ -75,6 +75,8 @@ _TORCH_DTYPES = (
     ("torch.uint8", "torch.int8", "torch.float8_e4m3fn"),
 )
 _ADDRESS_MASK = validation.POINTER_ALIGN - 1
+_ADDRESS_END = 1 << 63  # int64 pointer tables
+_VALIDATED_SETS = 64  # pointer sets remembered as valid per plan
 _PACK_FROM_GROUPS = 32  # from this many groups, pointers travel as array.array("q")
 
 
@@ -161,8 +163,6 @@ class GroupedGemmPlan:
         capability = loader.device_capability(self.device)
         variants = {v.num_groups: v for v in loader.variants_for(manifest, capability)}
         self.sm_count = driver.sm_count(self.device)
-        self._c_bytes = tuple(m * n * 2 for m, n, _k, _l in self.problem_sizes)
-        self._c_bytes_array = np.asarray(self._c_bytes, dtype=np.int64)
         self._lock = threading.Lock()
 
         # Layout of the device buffer: [sizes, prefix per sub-launch][workspace][ring].
@@ -312,7 +312,7 @@ class GroupedGemmPlan:
         self._last_stream = None
         self._last_pointers = None
         self._config_stream = 0
-        self._checked_c = None
+        self._validated: OrderedDict = OrderedDict()  # pointer sets that passed, newest last
         # per field: expected (rows, cols) shape for A, B, C; minimum bytes for SFA, SFB
         bytes_of = [validation.operand_bytes(m, n, k) for m, n, k, _l in self.problem_sizes]
         self._expected = (
@@ -321,6 +321,10 @@ class GroupedGemmPlan:
             [(m, n) for m, n, _k, _l in self.problem_sizes],
             [b["sfa"] for b in bytes_of],
             [b["sfb"] for b in bytes_of],
+        )
+        # bytes the kernel touches per operand, field-major like the flat pointer list
+        self._operand_sizes = np.asarray(
+            [b[f] for f in _FIELDS for b in bytes_of], dtype=np.int64
         )
         # flat pointer index (field * G + group) -> int64 word in a ring slot
         count = len(self.problem_sizes)
@@ -409,40 +413,27 @@ class GroupedGemmPlan:
                 )
         producers: set[int] = set()
         flat = [*a, *b, *c, *sfa, *sfb]
-        try:  # all raw pointers (ints): only their addresses can be checked
-            if count >= _PACK_FROM_GROUPS:  # one C-level conversion beats a Python loop
-                flat = array.array("q", flat)
-                words = np.frombuffer(flat, dtype=np.int64)
-                misaligned = bool(np.bitwise_or.reduce(words) & _ADDRESS_MASK) or words.min() <= 0
-            else:
-                misaligned = _misaligned(flat)
-        except OverflowError:
-            i = next(i for i, x in enumerate(flat) if not 0 < x < 1 << 63)
-            raise InvalidProblemError(
-                f"group {i % count}: {_FIELDS[i // count]} is not a device address: {flat[i]}"
-            ) from None
-        except TypeError:  # some are arrays
+        if not all(type(x) is int for x in flat):  # arrays (or junk): describe each one
             launch_stream = 1 if stream == 0 else stream
             flat = [
                 x if type(x) is int else self._pointer_of(f, g, x, stream, launch_stream, producers)
                 for f, column in enumerate(columns)
                 for g, x in enumerate(column)
             ]
-            misaligned = _misaligned(flat)
-            if count >= _PACK_FROM_GROUPS:
-                flat = array.array("q", flat)
-        if misaligned:
-            i = next(i for i, x in enumerate(flat) if x & _ADDRESS_MASK or x <= 0)
-            validation.check_pointer(i % count, _FIELDS[i // count], flat[i])
-        c_pointers = flat[2 * count : 3 * count]
-        if count > 1 and c_pointers != self._checked_c:
-            if count >= _PACK_FROM_GROUPS:
-                validation.check_c_disjoint_array(
-                    np.frombuffer(c_pointers, dtype=np.int64), self._c_bytes_array
-                )
-            else:
-                validation.check_c_disjoint(list(zip(range(count), c_pointers, self._c_bytes)))
-            self._checked_c = c_pointers
+        # all ints now; a set checked before (buffers are usually reused) is not rechecked
+        key = tuple(flat)
+        if key in self._validated:
+            self._validated.move_to_end(key)
+        else:
+            if _misaligned(flat):
+                i = next(i for i, x in enumerate(flat) if x & _ADDRESS_MASK or not 0 < x < _ADDRESS_END)
+                validation.check_pointer(i % count, _FIELDS[i // count], flat[i])
+            validation.check_outputs_disjoint(flat, self._operand_sizes, count)
+            self._validated[key] = None
+            if len(self._validated) > _VALIDATED_SETS:
+                self._validated.popitem(last=False)
+        if count >= _PACK_FROM_GROUPS:  # one C-level conversion beats Python loops later
+            flat = array.array("q", flat)
         return flat, producers
 
     def _pointer_of(self, f: int, g: int, obj, stream: int, launch_stream: int, producers) -> int:
@@ -467,6 +458,7 @@ class GroupedGemmPlan:
             shape = interface.get("shape")
             if (
                 interface.get("typestr") in _TYPESTRS[f]
+                and type(interface.get("data")) is tuple
                 and interface.get("strides") is None
                 and interface.get("mask") is None
                 and (shape == expected if f < 3 else prod(shape) >= expected)
@@ -688,9 +680,10 @@ class _Resources:
 
 
 def _misaligned(pointers: list[int]) -> bool:
-    """Any pointer null, negative or not 32-byte aligned (a plain loop: the hot path)."""
+    """Any pointer null, negative, past 2**63 or not 32-byte aligned (a plain loop: the hot
+    path; a numpy round trip costs more below a few hundred pointers)."""
     for x in pointers:
-        if x & _ADDRESS_MASK or x <= 0:
+        if x & _ADDRESS_MASK or not 0 < x < _ADDRESS_END:
             return True
     return False
 

@@ -136,7 +136,7 @@ def check_total_tiles(total: int) -> None:
 def check_pointer(g: int, field: str, pointer: int) -> None:
     if pointer == 0:
         raise InvalidProblemError(f"group {g}: {field} is a null pointer")
-    if pointer < 0:
+    if not 0 < pointer < 1 << 63:
         raise InvalidProblemError(f"group {g}: {field} is not a device address: {pointer}")
     if pointer % POINTER_ALIGN:
         raise InvalidProblemError(
@@ -156,26 +156,35 @@ def operand_bytes(m: int, n: int, k: int) -> dict[str, int]:
     }
 
 
-def check_c_disjoint(c_ranges: list[tuple[int, int, int]]) -> None:
-    """C buffers (group, start, size) of one launch must not overlap."""
-    ordered = sorted((start, size, g) for g, start, size in c_ranges)
-    for (start, size, g), (next_start, _next_size, next_g) in zip(ordered, ordered[1:]):
-        if start + size > next_start:
-            first, second = sorted((g, next_g))
-            raise InvalidProblemError(
-                f"group {second}: c overlaps group {first}'s c (0x{start:x} + {size} bytes "
-                f"reaches past 0x{next_start:x}); every group needs its own output"
-            )
+_OPERANDS = ("a", "b", "c", "sfa", "sfb")
 
 
-def check_c_disjoint_array(starts: np.ndarray, sizes: np.ndarray) -> None:
-    """:func:`check_c_disjoint` for int64 arrays of start addresses and sizes (many groups)."""
+def check_outputs_disjoint(pointers, sizes: np.ndarray, count: int) -> None:
+    """No group's C overlaps another group's C or any operand of any group.
+
+    ``pointers`` and ``sizes`` (int64 bytes) are field-major: A of every group, then B,
+    C, SFA, SFB. Inputs may overlap each other (groups sharing weights are fine); an
+    output may not, since CTAs write C while others still read.
+    """
+    starts = np.asarray(pointers, dtype=np.int64)
     order = np.argsort(starts, kind="stable")
-    ordered = starts[order]
-    overlap = np.flatnonzero(ordered[:-1] + sizes[order][:-1] > ordered[1:])
-    if overlap.size:
-        i = int(overlap[0])
-        first, second = int(order[i]), int(order[i + 1])
-        check_c_disjoint(
-            [(first, int(starts[first]), int(sizes[first])), (second, int(starts[second]), 0)]
-        )
+    start, end = starts[order], starts[order] + sizes[order]
+    is_c = order // count == 2
+    reach = np.maximum.accumulate(end)  # furthest end of intervals 0..i in address order
+    c_reach = np.maximum.accumulate(np.where(is_c, end, np.iinfo(np.int64).min))
+    hits = np.flatnonzero(start[1:] < np.where(is_c[1:], reach[:-1], c_reach[:-1]))
+    if not hits.size:
+        return
+    i = int(hits[0]) + 1
+    j = next(j for j in range(i) if end[j] > start[i] and (is_c[i] or is_c[j]))
+    (gi, fi), (gj, fj) = (divmod(int(order[i]), count)[::-1], divmod(int(order[j]), count)[::-1])
+    if fi == 2 and fj == 2:
+        (g, fg), (h, fh) = sorted(((gi, fi), (gj, fj)))[::-1]
+        advice = "every group needs its own output"
+    else:
+        (g, fg), (h, fh) = ((gi, fi), (gj, fj)) if fi == 2 else ((gj, fj), (gi, fi))
+        advice = "the output must not alias an input"
+    raise InvalidProblemError(
+        f"group {g}: c overlaps group {h}'s {_OPERANDS[fh]} (0x{int(start[j]):x} + "
+        f"{int(end[j] - start[j])} bytes reaches past 0x{int(start[i]):x}); {advice}"
+    )

@@ -8,7 +8,7 @@ naming the group and the field (or the option), and that nothing was launched or
 call). Operand cases also check that the plan is still sound afterwards: the next good
 run launches once and uploads the good pointers.
 
-Cases the runtime does not catch yet are marked ``xfail(strict=True)`` with the fix in
+Cases the runtime did not catch at first were marked ``xfail(strict=True)`` with the fix in
 their reason; a fix makes them pass, and strict mode then asks for the mark to go.
 
 Related cases already in test_runtime_cpu.py (test_problem_size_validation,
@@ -165,31 +165,6 @@ def alias(field: str, group: int, target_field: str, target_group: int, offset: 
     return put(field, group, make)
 
 
-def xfail(reason: str):
-    return pytest.mark.xfail(strict=True, reason=reason)
-
-
-# Runtime gaps (strict xfail: a fix makes them pass, then drop the mark). Fixes, all in
-# nvfp4_aot/plan.py:
-# - huge pointer: _misaligned() also flags x >= 1 << 63 (`not 0 < x < 1 << 63`), and
-#   validation.check_pointer() says "group g: f is not a device address: x" for it. Today
-#   such a pointer passes the check and `row[self._scatter] = pointers` raises OverflowError.
-# - numpy among ints: pointers() catches (TypeError, ValueError) around the all-int fast
-#   path (or _misaligned() raises TypeError for `type(x) is not int`). Today `x & mask or
-#   x <= 0` on an array raises ValueError ("truth value ... is ambiguous").
-# - CAI without "data": the fast path in _pointer_of() also requires
-#   `type(interface.get("data")) is tuple`, so that _describe() reports the malformed
-#   dict. Today interface["data"][0] raises KeyError.
-# - C aliasing an input: when the flat pointers differ from the last checked ones, check
-#   every C range [c, c + 2mn) against every A/B/SFA/SFB range too (one sort over
-#   (start, size, group, field); only overlaps involving a C count), raising "group g: c
-#   overlaps group h's a". Today only C against C is checked and the run is launched.
-GAP_HUGE_POINTER = xfail("gap: pointer >= 2**63 raises OverflowError, not InvalidProblemError")
-GAP_NUMPY_AMONG_INTS = xfail("gap: numpy array among int pointers raises ValueError")
-GAP_CAI_NO_DATA = xfail("gap: __cuda_array_interface__ without 'data' raises KeyError")
-GAP_C_ALIASES_INPUT = xfail("gap: C overlapping an A/B/SFA/SFB is not detected")
-
-
 # ---------------------------------------------------------------------------------------
 # the operand catalogue: (mutation, message); the exception is InvalidProblemError
 
@@ -259,16 +234,15 @@ OPERAND_CASES = [
     pytest.param(put("sfa", 1, lambda p, o: True),
                  r"group 1: sfa: expected a device pointer .*got bool", id="sfa-bool"),
     pytest.param(put("c", 1, lambda p, o: 1 << 63, raw=True),
-                 r"group 1: c is not a device address", id="c-at-2**63-raw", marks=GAP_HUGE_POINTER),
+                 r"group 1: c is not a device address", id="c-at-2**63-raw"),
     pytest.param(put("a", 1, lambda p, o: FakeArray(1 << 64, (M1, K1 // 2), "|u1")),
-                 r"group 1: a is not a device address", id="a-at-2**64-cai", marks=GAP_HUGE_POINTER),
+                 r"group 1: a is not a device address", id="a-at-2**64-cai"),
     # host memory and other devices
     pytest.param(put("a", 1, lambda p, o: np.zeros((M1, K1 // 2), np.uint8)),
                  r"group 1: a: the array lives on a CPU device, expected a CUDA device",
                  id="a-host-numpy"),
     pytest.param(put("a", 1, lambda p, o: np.zeros((M1, K1 // 2), np.uint8), raw=True),
-                 r"group 1: a: the array lives on a CPU device", id="a-host-numpy-among-raw-pointers",
-                 marks=GAP_NUMPY_AMONG_INTS),
+                 r"group 1: a: the array lives on a CPU device", id="a-host-numpy-among-raw-pointers"),
     pytest.param(put("c", 1, lambda p, o: _DLPackArray(p, (M1, N1), (2, 16, 1), device=(3, 0))),
                  r"group 1: c: the array lives on a CUDA host device, expected a CUDA device",
                  id="c-cuda-host-dlpack"),
@@ -285,8 +259,7 @@ OPERAND_CASES = [
     pytest.param(put("a", 1, lambda p, o: _masked(p, (M1, K1 // 2), "|u1")),
                  r"group 1: a: masked arrays .* are not supported", id="a-masked-cai"),
     pytest.param(put("a", 1, lambda p, o: _cai_without_data(p, (M1, K1 // 2), "|u1")),
-                 r"group 1: a: malformed __cuda_array_interface__", id="a-cai-without-data",
-                 marks=GAP_CAI_NO_DATA),
+                 r"group 1: a: malformed __cuda_array_interface__", id="a-cai-without-data"),
     pytest.param(put("b", 1, lambda p, o: object()),
                  r"group 1: b: expected a device pointer \(int\), an object with "
                  r"__cuda_array_interface__ or with __dlpack__, got object", id="b-plain-object"),
@@ -299,10 +272,9 @@ OPERAND_CASES = [
     pytest.param(alias("c", 1, "c", 2, offset=-4096),
                  r"group 2: c overlaps group 1's c", id="c-runs-into-group-2"),
     pytest.param(alias("c", 1, "a", 1),
-                 r"group 1: c overlaps group 1's a", id="c-aliases-own-a", marks=GAP_C_ALIASES_INPUT),
+                 r"group 1: c overlaps group 1's a", id="c-aliases-own-a"),
     pytest.param(alias("c", 2, "sfb", 0),
-                 r"group 2: c overlaps group 0's sfb", id="c-aliases-sfb-of-group-0",
-                 marks=GAP_C_ALIASES_INPUT),
+                 r"group 2: c overlaps group 0's sfb", id="c-aliases-sfb-of-group-0"),
     # the operand lists themselves
     pytest.param(lambda ops: [*ops[:4], [*ops[4], ops[4][0]]],
                  r"sfb has 4 operands, the plan has 3 groups", id="sfb-list-too-long"),

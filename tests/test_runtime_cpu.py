@@ -187,13 +187,14 @@ class FakeArray:
 
 
 def group_arrays(m, n, k, base, *, c_typestr="<f2"):
-    """FakeArrays for one group, placed at distinct 256-byte aligned fake addresses."""
+    """FakeArrays for one group, at distinct 256-byte aligned fake addresses (fields 4 GiB
+    apart, so that many groups 16 MiB apart never overlap)."""
     return (
         FakeArray(base, (m, k // 2), "|u1"),
-        FakeArray(base + 0x1000_0000, (n, k // 2), "|u1"),
-        FakeArray(base + 0x2000_0000, (m, n), c_typestr),
-        FakeArray(base + 0x3000_0000, (blocked_scale_bytes(m, k),), "|u1"),
-        FakeArray(base + 0x4000_0000, (blocked_scale_bytes(n, k),), "|u1"),
+        FakeArray(base + 0x1_0000_0000, (n, k // 2), "|u1"),
+        FakeArray(base + 0x2_0000_0000, (m, n), c_typestr),
+        FakeArray(base + 0x3_0000_0000, (blocked_scale_bytes(m, k),), "|u1"),
+        FakeArray(base + 0x4_0000_0000, (blocked_scale_bytes(n, k),), "|u1"),
     )
 
 
@@ -600,8 +601,11 @@ def test_grouped_gemm_needs_sizes_for_raw_pointers(make_fake, artifacts, monkeyp
     with pytest.raises(
         InvalidProblemError, match=r"group 0: a is a raw pointer, so problem_sizes must be given"
     ):
-        plan.grouped_gemm([256], [512], [768], [1024], [1280])
-    plan.grouped_gemm([256], [512], [768], [1024], [1280], problem_sizes=[(128, 128, 256)])
+        plan.grouped_gemm([1 << 20], [2 << 20], [3 << 20], [4 << 20], [5 << 20])
+    # distinct, non-overlapping buffers (C must alias nothing)
+    plan.grouped_gemm(
+        [1 << 20], [2 << 20], [3 << 20], [4 << 20], [5 << 20], problem_sizes=[(128, 128, 256)]
+    )
 
 
 # ---------------------------------------------------------------------------------------
