@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import driver
 from .cubin import cubin_sm
-from .errors import ArtifactError, UnsupportedDeviceError
+from .errors import ArtifactError, CudaError, UnsupportedDeviceError
 from .manifest import Manifest, Variant, read_manifest
 from .packing import ParamPacker
 from .paths import artifacts_dir
@@ -119,6 +119,11 @@ def read_cubin(directory: Path, variant: Variant) -> bytes:
             f"{path} is missing although the manifest names it; rebake the artifacts "
             "with `python build_kernels.py` or reinstall nvfp4-aot"
         ) from exc
+    except OSError as exc:
+        raise ArtifactError(
+            f"{path} cannot be read ({exc}); rebake the artifacts with "
+            "`python build_kernels.py` or reinstall nvfp4-aot"
+        ) from exc
     if len(data) != variant.cubin_bytes:
         raise ArtifactError(
             f"{path} holds {len(data)} bytes, the manifest says {variant.cubin_bytes}: "
@@ -130,7 +135,10 @@ def read_cubin(directory: Path, variant: Variant) -> bytes:
             f"{path} has sha256 {digest}, the manifest says {variant.sha256}: the file is "
             "corrupt or from another bake; rebake or reinstall the artifacts"
         )
-    sm = cubin_sm(data)
+    try:
+        sm = cubin_sm(data)
+    except ArtifactError as exc:
+        raise ArtifactError(f"{path}: {exc}; rebake the artifacts or reinstall nvfp4-aot") from exc
     expected = variant.compute_capability[0] * 10 + variant.compute_capability[1]
     if sm != expected:
         raise ArtifactError(
@@ -180,7 +188,15 @@ def _load(directory: Path, variant: Variant, device: int) -> LoadedKernel:
     driver.activate(device)
     library = driver.library_load_data(image)
     try:
-        kernel = driver.library_get_kernel(library, variant.kernel_symbol)
+        try:
+            kernel = driver.library_get_kernel(library, variant.kernel_symbol)
+        except CudaError as exc:
+            if exc.result_name != "CUDA_ERROR_NOT_FOUND":
+                raise
+            raise ArtifactError(
+                f"{directory / variant.cubin} has no kernel {variant.kernel_symbol}; the "
+                "manifest and the cubin disagree, rebake with `python build_kernels.py`"
+            ) from exc
         function = driver.kernel_get_function(kernel)
         _check_params(variant, driver.function_param_info(function))
         for attribute in variant.function_attributes:

@@ -233,8 +233,11 @@ def _split_top(text: str) -> list[str]:
     return parts
 
 
+_REBAKE = "rebake with `python build_kernels.py` or reinstall nvfp4-aot"
+
+
 def read_manifest(directory: Path) -> Manifest:
-    """Read and validate ``directory/manifest.json``."""
+    """Read and validate ``directory/manifest.json``; errors name the file and the fix."""
     path = Path(directory) / MANIFEST_NAME
     try:
         text = path.read_text()
@@ -242,4 +245,13 @@ def read_manifest(directory: Path) -> Manifest:
         raise ArtifactError(
             f"{path} does not exist; run `python build_kernels.py` to bake the kernels"
         ) from exc
-    return Manifest.from_json(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"{path} cannot be read ({exc}); {_REBAKE}") from exc
+    try:
+        manifest = Manifest.from_json(text)
+    except ArtifactError as exc:
+        advice = "" if "build_kernels.py" in str(exc) else f"; {_REBAKE}"
+        raise ArtifactError(f"{path}: {exc}{advice}") from exc
+    if not manifest.variants:
+        raise ArtifactError(f"{path} lists no kernel variants; {_REBAKE}")
+    return manifest

@@ -157,20 +157,6 @@ def _drop_manifest(directory):
     (directory / MANIFEST_NAME).unlink()
 
 
-def _xfail(reason):
-    return pytest.mark.xfail(strict=True, reason=reason)
-
-
-# Fixes for the gaps below, in nvfp4_aot/manifest.py and nvfp4_aot/loader.py:
-# - read_manifest(): catch OSError (not only FileNotFoundError) from read_text(), and wrap
-#   every ArtifactError from Manifest.from_json() as
-#   ArtifactError(f"{path}: {exc}; rebake with `python build_kernels.py` or reinstall
-#   nvfp4-aot") from exc (the schema message already has its fix: add only the path).
-# - read_cubin(): catch OSError likewise, and wrap cubin_sm()'s ArtifactError with the
-#   cubin's path and the same advice.
-NO_PATH_OR_FIX = _xfail("gap: manifest/cubin parse errors name neither the file nor the fix")
-OS_ERROR = _xfail("gap: an unreadable manifest/cubin raises a bare OSError, not ArtifactError")
-
 # (damage, message): ArtifactError at plan creation, before the driver loads anything
 DEFECTS = [
     pytest.param(lambda d: _edit(d, _set("schema_version", 2)),
@@ -198,24 +184,12 @@ DEFECTS = [
     pytest.param(_write_text("[]"), r"manifest must be a JSON object", id="manifest-a-list"),
     pytest.param(_drop_manifest, r"manifest\.json does not exist; run `python build_kernels\.py`",
                  id="manifest-missing"),
-    pytest.param(_manifest_is_a_directory, r"manifest\.json", id="manifest-unreadable", marks=OS_ERROR),
+    pytest.param(_manifest_is_a_directory, r"manifest\.json", id="manifest-unreadable"),
     pytest.param(_lfs_pointer, r"holds \d+ bytes, the manifest says \d+", id="cubin-is-a-git-lfs-pointer"),
     pytest.param(_not_elf_but_consistent, r"not a cubin: the ELF magic number is missing",
                  id="cubin-not-elf"),
-    pytest.param(_cubin_is_a_directory, r"\.cubin", id="cubin-unreadable", marks=OS_ERROR),
+    pytest.param(_cubin_is_a_directory, r"\.cubin", id="cubin-unreadable"),
 ]  # fmt: skip
-# defects whose message already names the file and says what to do
-_COMPLETE = {"manifest-missing", "cubin-is-a-git-lfs-pointer"}
-
-
-NO_PATH = _xfail("gap: schema_version messages say what to do but not which manifest")
-
-
-def _with_advice_marks(param):
-    if param.id in _COMPLETE or param.marks:
-        return param
-    mark = NO_PATH if param.id.startswith("schema-") else NO_PATH_OR_FIX
-    return pytest.param(*param.values, id=param.id, marks=mark)
 
 
 @pytest.mark.parametrize("damage, message", DEFECTS)
@@ -227,7 +201,7 @@ def test_defect_refused_before_loading(art, install, damage, message):
     assert not NEVER & set(fake.names())
 
 
-@pytest.mark.parametrize("damage, message", [_with_advice_marks(p) for p in DEFECTS])
+@pytest.mark.parametrize("damage, message", DEFECTS)
 def test_defect_message_names_the_file_and_the_fix(art, install, damage, message):
     damage(art)
     install()
@@ -249,12 +223,6 @@ def test_kernel_symbol_missing_from_cubin(art, install):
     assert "kernel_that_is_not_there" in str(info.value) or "NOT_FOUND" in str(info.value)
 
 
-@_xfail(
-    "gap: a kernel symbol missing from the cubin surfaces as CudaError(cuLibraryGetKernel, "
-    "CUDA_ERROR_NOT_FOUND). Fix in loader._load(): catch CudaError with result_name "
-    "CUDA_ERROR_NOT_FOUND around library_get_kernel and raise ArtifactError(f'{cubin} has no "
-    "kernel {symbol}; the manifest and the cubin disagree, rebake with build_kernels.py')"
-)
 def test_kernel_symbol_missing_is_an_artifact_error(art, install):
     _edit(art, _variant_set("kernel_symbol", "kernel_that_is_not_there"))
     install()
@@ -262,11 +230,6 @@ def test_kernel_symbol_missing_is_an_artifact_error(art, install):
         plan.GroupedGemmPlan(SIZES, artifacts=art)
 
 
-@_xfail(
-    "gap: a manifest with no variants reads as 'no baked kernel runs on ... the artifacts hold "
-    "none. Use a GPU of one of these architectures'. Fix in Manifest.from_json(): refuse an "
-    "empty variants list with ArtifactError('manifest lists no kernel variants; rebake ...')"
-)
 def test_manifest_without_variants_is_an_artifact_error(art, install):
     _edit(art, _set("variants", []))
     fake = install()

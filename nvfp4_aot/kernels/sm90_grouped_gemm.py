@@ -76,12 +76,9 @@ NUM_STAGES = 5  # raw (FP4 + scale) TMA pipeline depth
 NUM_DEC_BUFFERS = 4  # decoded FP16 activation buffers (fixed: see the consumer loop)
 
 NUM_CONSUMER_WARPS = 8  # two warpgroups, 64 weight rows each
-NUM_DECODER_WARPS = 4  # one warpgroup that decodes the activations into smem
-DECODER_WARP0 = NUM_CONSUMER_WARPS
-PRODUCER_WARP = NUM_CONSUMER_WARPS + NUM_DECODER_WARPS
+PRODUCER_WARP = NUM_CONSUMER_WARPS
 NUM_CONSUMER_THREADS = NUM_CONSUMER_WARPS * 32
-NUM_DECODER_THREADS = NUM_DECODER_WARPS * 32
-THREADS = NUM_CONSUMER_THREADS + NUM_DECODER_THREADS + 32
+THREADS = NUM_CONSUMER_THREADS + 32
 
 SF_VEC = 16  # FP4 elements per scale
 BYTES_PER_TENSORMAP = 128
@@ -96,7 +93,7 @@ _B_RAW_BYTES = TILE_N * _TILE_KB
 _SF_BYTES = _SF_HALVES * 256
 _DEC_ELEMS_A = TILE_M * TILE_K
 _TMA_BYTES_PER_STAGE = _A_RAW_BYTES + _B_RAW_BYTES + 2 * _SF_BYTES
-_ACT_TASKS = TILE_M * 4 // NUM_DECODER_THREADS  # (row, 16-byte chunk) tasks per decoder thread
+_ACT_TASKS = TILE_M * 4 // NUM_CONSUMER_THREADS  # (row, 16-byte chunk) tasks per thread
 
 assert TILE_M == 128 and TILE_N == 128, "one 128-row scale block per tile"
 assert TILE_K == 128, "the register decode maps one 64-byte row onto 8 k16 blocks"
@@ -112,37 +109,34 @@ def ceil_div(a, b):
 # ---------------------------------------------------------------------------
 
 # Decode one 32-bit word of 8 FP4 values (nibbles q0..q7, q0 lowest) into four
-# f16x2 registers: (q0, q2), (q4, q6), (q1, q3), (q5, q7), times the scale.
+# f16x2 registers: register s holds (q_s, q_{s+4}) times the scale.
 #
 # An E2M1 nibble (s e1 e0 m) placed at FP16 bits 15 and 11..9 is exactly
 # fp4 * 2^-14 (E2M1's subnormal 0.5 lands on the FP16 subnormal 2^-15, so the map
-# is linear).  Both nibbles of every byte are first rearranged into that FP16
-# high-byte form (sign at bit 7, e1 e0 m at bits 3..1): y_hi from the high
-# nibbles, y_lo from the low ones; one prmt per register then moves two such
-# bytes into the high bytes of an f16x2 with zero low bytes.  One multiply by
-# the f16x2 scale (E4M3 * 2^7, exact, <= 57344) gives fp4 * scale * 2^-7 exactly
-# (>= 2^-17, at most 6 significant bits; the sign rides through the multiply).
-# The epilogue multiplies the accumulator by 2^14.  15 instructions per word
-# (v4's shift/mask form took 19).  Any fixed nibble -> (register, half) map
-# works because weights and activations go through this same function.
+# is linear).  One multiply by the f16x2 scale (E4M3 * 2^7, exact, <= 57344)
+# gives fp4 * scale * 2^-7 exactly (>= 2^-17, at most 6 significant bits); the
+# sign is ORed in afterwards.  The epilogue multiplies the accumulator by 2^14.
 _DECODE_WORD_PTX = """{
-.reg .b32 x, t, yh, u, v, yl, z, p0, p1, p2, p3;
-shr.b32 x, $4, 3;
-and.b32 t, x, 0x0E0E0E0E;
-lop3.b32 yh, $4, 0x80808080, t, 0xEA;
-shl.b32 u, $4, 1;
-shl.b32 v, $4, 4;
-and.b32 t, u, 0x0E0E0E0E;
-lop3.b32 yl, v, 0x80808080, t, 0xEA;
-mov.b32 z, 0;
-prmt.b32 p0, yl, z, 0x1404;
-prmt.b32 p1, yl, z, 0x3424;
-prmt.b32 p2, yh, z, 0x1404;
-prmt.b32 p3, yh, z, 0x3424;
-mul.rn.f16x2 $0, p0, $5;
-mul.rn.f16x2 $1, p1, $5;
-mul.rn.f16x2 $2, p2, $5;
-mul.rn.f16x2 $3, p3, $5;
+.reg .b32 m0, m1, m2, m3, s0, s1, s2;
+shl.b32 m0, $4, 9;
+and.b32 m0, m0, 0x0E000E00;
+shl.b32 m1, $4, 5;
+and.b32 m1, m1, 0x0E000E00;
+shl.b32 m2, $4, 1;
+and.b32 m2, m2, 0x0E000E00;
+shr.b32 m3, $4, 3;
+and.b32 m3, m3, 0x0E000E00;
+mul.rn.f16x2 m0, m0, $5;
+mul.rn.f16x2 m1, m1, $5;
+mul.rn.f16x2 m2, m2, $5;
+mul.rn.f16x2 m3, m3, $5;
+shl.b32 s0, $4, 12;
+shl.b32 s1, $4, 8;
+shl.b32 s2, $4, 4;
+lop3.b32 $0, s0, 0x80008000, m0, 0xEA;
+lop3.b32 $1, s1, 0x80008000, m1, 0xEA;
+lop3.b32 $2, s2, 0x80008000, m2, 0xEA;
+lop3.b32 $3, $4, 0x80008000, m3, 0xEA;
 }"""
 
 # Two consecutive E4M3 scale bytes (low byte first) -> two f16x2 registers holding
@@ -252,22 +246,17 @@ def _decode_weights(regs, w_words, w_sfs):
                 regs[8 * w + 2 * s + r8] = vals[s]
 
 
-def _load_act(a_raw, sfa):
-    """Raw bytes of this decoder thread's activation tasks (rows a_row + 32 i)."""
+def _decode_act(a_raw, sfa, a_dst, a_rr):
+    """This thread's activation tasks -> swizzled FP16 buffer (word w, shift s is
+    register s of 16-byte unit u = 4 (w % 2) + s, k = 8 u)."""
     a_words = []
     a_sfs = []
     for i in range(_ACT_TASKS):
-        a_words.append(lds_v4(a_raw + i * 32 * _TILE_KB))
-        a_sfs.append(lds_u16(sfa + i * 4))
-    return a_words, a_sfs
-
-
-def _decode_act(a_words, a_sfs, a_dst, a_rr):
-    """This thread's activation tasks -> swizzled FP16 buffer (word w, shift s is
-    register s of 16-byte unit u = 4 (w % 2) + s, k = 8 u)."""
+        a_words.append(lds_v4(a_raw + i * 64 * _TILE_KB))
+        a_sfs.append(lds_u16(sfa + i * 8))
     for i in range(_ACT_TASKS):
         sc = decode_scales(a_sfs[i])
-        dst = a_dst + i * 4 * 1024
+        dst = a_dst + i * 8 * 1024
         for w in range(4):
             vals = decode_word(a_words[i][w], sc[w // 2])
             for s in range(4):
@@ -394,7 +383,6 @@ def kernel(
     @cute.struct
     class SharedStorage:
         ab_mbar_ptr: cute.struct.MemRange[cutlass.Int64, NUM_STAGES * 2]
-        act_mbar_ptr: cute.struct.MemRange[cutlass.Int64, NUM_DEC_BUFFERS * 2]
         # Raw TMA stages: FP4 bytes, row-major (rows, TILE_K / 2), no swizzle.
         sA_raw: cute.struct.Align[
             cute.struct.MemRange[cutlass.Uint8, NUM_STAGES * _A_RAW_BYTES], 1024
@@ -453,19 +441,10 @@ def kernel(
         num_stages=NUM_STAGES,
         producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
         consumer_group=pipeline.CooperativeGroup(
-            pipeline.Agent.Thread, NUM_CONSUMER_WARPS + NUM_DECODER_WARPS
+            pipeline.Agent.Thread, NUM_CONSUMER_WARPS
         ),
         tx_count=_TMA_BYTES_PER_STAGE,
         cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
-    )
-    # Decoded-activation pipeline: producer = the decoder warpgroup (every
-    # thread arrives after its fence.proxy.async), consumer = every consumer
-    # thread (arrives after its wgmmas that read the buffer retired).
-    act_pipeline = pipeline.PipelineAsync.create(
-        barrier_storage=storage.act_mbar_ptr.data_ptr(),
-        num_stages=NUM_DEC_BUFFERS,
-        producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, NUM_DECODER_THREADS),
-        consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, NUM_CONSUMER_THREADS),
     )
 
     #
@@ -612,73 +591,6 @@ def kernel(
             ab_pipeline.producer_tail(producer_state)
 
     #
-    # Decoder warpgroup: activations of every K tile -> decoded buffer
-    # (act_pipeline stage), up to NUM_DEC_BUFFERS K tiles ahead of the wgmmas.
-    #
-    if warp_idx >= DECODER_WARP0 and warp_idx < PRODUCER_WARP:
-        dtid = tidx - NUM_CONSUMER_THREADS
-        d_lane = dtid % 32
-        d_chunk = d_lane % 4
-        d_row = dtid // 4  # rows d_row + 32 i
-        d_raw_off = d_row * _TILE_KB + d_chunk * 16
-        d_sf_off = (d_chunk // 2) * 512 + (d_chunk % 2) * 2 + d_row * 16
-        d_rr = d_row % 8
-        d_dec_off = (d_row // 8) * 1024 + d_rr * 128 + d_chunk * 4
-        d_a_raw_base = storage.sA_raw.data_ptr().toint()
-        d_sfa_base = storage.sSFA_raw.data_ptr().toint()
-        d_dec_base = storage.sA_dec.data_ptr().toint()
-        raw_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Consumer, NUM_STAGES
-        )
-        act_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Producer, NUM_DEC_BUFFERS
-        )
-        # K tile t's buffer is committed one iteration later, after the raw
-        # loads of K tile t + 1 are issued: the fence (MEMBAR) then waits for
-        # the STS drain and the LDS latency together.
-        commit_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Producer, NUM_DEC_BUFFERS
-        )
-        pending = cutlass.Int32(0)
-        if tile_start < tile_end:
-            tile_idx = tile_start
-            group_idx = find_group(tensor_of_cta_prefix, tile_idx, num_groups)
-            prev_group_idx = cutlass.Int32(-1)
-            k_tile_cnt = cutlass.Int32(0)
-            while tile_idx < tile_end:
-                while tile_idx >= tensor_of_cta_prefix[group_idx + 1]:
-                    group_idx = group_idx + 1
-                if group_idx != prev_group_idx:
-                    k = tensor_of_problem_sizes[group_idx, 2]
-                    k_tile_cnt = ceil_div(k, TILE_K)
-                    prev_group_idx = group_idx
-                for k_tile in cutlass.range(k_tile_cnt, unroll=1):
-                    ab_pipeline.consumer_wait(raw_state)
-                    stage = raw_state.index
-                    a_words, a_sfs = _load_act(
-                        d_a_raw_base + stage * _A_RAW_BYTES + d_raw_off,
-                        d_sfa_base + stage * _SF_BYTES + d_sf_off,
-                    )
-                    if pending != 0:
-                        cute.arch.fence_proxy("async.shared", space="cta")
-                        act_pipeline.producer_commit(commit_state)
-                        commit_state.advance()
-                    act_pipeline.producer_acquire(act_state)
-                    _decode_act(
-                        a_words, a_sfs,
-                        d_dec_base + act_state.index * (_DEC_ELEMS_A * 2) + d_dec_off,
-                        d_rr,
-                    )
-                    ab_pipeline.consumer_release(raw_state)
-                    raw_state.advance()
-                    act_state.advance()
-                    pending = cutlass.Int32(1)
-                tile_idx += 1
-            if pending != 0:
-                cute.arch.fence_proxy("async.shared", space="cta")
-                act_pipeline.producer_commit(commit_state)
-
-    #
     # Consumer warpgroups.  The product is computed transposed, C^T = B * A^T:
     # the weights B (TILE_N rows) are the wgmma A operand, decoded straight from
     # the raw stage into registers in the wgmma A-fragment layout; the
@@ -734,9 +646,6 @@ def kernel(
         consumer_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Consumer, NUM_STAGES
         )
-        act_cstate = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Consumer, NUM_DEC_BUFFERS
-        )
 
         a_raw_base = storage.sA_raw.data_ptr().toint()
         b_raw_base = storage.sB_raw.data_ptr().toint()
@@ -786,26 +695,52 @@ def kernel(
 
                 acc.fill(0.0)
                 tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-                # K tile t: decode own weights into register set t % 2, wait for
-                # the decoded activations, then for this warpgroup's turn, issue,
-                # hand the turn over and retire (ping-pong, warpgroup 0 first).
-                # Raw weight words of K tile t are loaded during K tile t - 1
-                # (right after its wgmmas are issued), so the decode does not
-                # wait for LDS latency.
+                # Ping-pong.  Prologue: both warpgroups decode their halves of
+                # the activations of K tile 0 into buffer 0.
                 ab_pipeline.consumer_wait(consumer_state)
-                w_words, w_sfs = _load_weights(
-                    b_raw_base + consumer_state.index * _B_RAW_BYTES + w_raw_off,
-                    sfb_base + consumer_state.index * _SF_BYTES + w_sf_off,
+                _decode_act(
+                    a_raw_base + consumer_state.index * _A_RAW_BYTES + a_raw_off,
+                    sfa_base + consumer_state.index * _SF_BYTES + a_sf_off,
+                    a_dec_base + a_dec_row_off, a_rr,
                 )
+                cute.arch.fence_proxy("async.shared", space="cta")
+                consumer_bar.arrive_and_wait()
+                # K tile t: decode own weights (t) into register set t % 2 and
+                # own activation half of K tile t + 1 into buffer (t + 1) % 4,
+                # then wait for this warpgroup's turn, issue, retire wgmma t - 1,
+                # hand the turn to the other warpgroup.  Warpgroup 0 goes first.
+                # Each warpgroup retires its own wgmmas right after issuing them
+                # (FA3 style); the other warpgroup decodes meanwhile.  Keeping a
+                # wgmma in flight across the decode instead (wait_group(1), or
+                # v2's wait before the issue) gave no gain on the H200, and ptxas
+                # serialises every HGMMA (C7511) when this loop is unrolled by 4
+                # with it.  Four activation buffers: a warpgroup writes buffer
+                # (t + 1) % 4 while the other may still be reading t - 2's.
                 for k_quad in cutlass.range((k_tile_cnt + 3) // 4, unroll=1):
                     for q in cutlass.range_constexpr(4):
                         t = k_quad * 4 + q
                         if t < k_tile_cnt:
+                            stage = consumer_state.index
+                            w_words, w_sfs = _load_weights(
+                                b_raw_base + stage * _B_RAW_BYTES + w_raw_off,
+                                sfb_base + stage * _SF_BYTES + w_sf_off,
+                            )
+                            if t + 1 < k_tile_cnt:
+                                next_state = consumer_state.clone()
+                                next_state.advance()
+                                ab_pipeline.consumer_wait(next_state)
+                                nstage = next_state.index
+                                _decode_act(
+                                    a_raw_base + nstage * _A_RAW_BYTES + a_raw_off,
+                                    sfa_base + nstage * _SF_BYTES + a_sf_off,
+                                    a_dec_base + ((q + 1) % NUM_DEC_BUFFERS) * (_DEC_ELEMS_A * 2)
+                                    + a_dec_row_off,
+                                    a_rr,
+                                )
                             _decode_weights(tCrA_regs[q % 2], w_words, w_sfs)
                             ab_pipeline.consumer_release(consumer_state)
                             consumer_state.advance()
-                            act_pipeline.consumer_wait(act_cstate)
-                            abuf = act_cstate.index
+                            cute.arch.fence_proxy("async.shared", space="cta")
                             if t > 0 or wg == 1:
                                 my_turn_bar.arrive_and_wait()
                             warpgroup.fence()
@@ -814,25 +749,15 @@ def kernel(
                                     tiled_mma,
                                     acc,
                                     tCrA_sets[q % 2][(None, None, kb)],
-                                    tCrB[(None, None, kb, abuf)],
+                                    tCrB[(None, None, kb, q)],
                                     acc,
                                 )
                             warpgroup.commit_group()
                             if t + 1 < k_tile_cnt or wg == 0:
                                 other_turn_bar.arrive()
-                            # Prefetch K tile t + 1's raw weights (the loads are
-                            # harmless, unused reads past the last K tile).
-                            if t + 1 < k_tile_cnt:
-                                ab_pipeline.consumer_wait(consumer_state)
-                            w_words, w_sfs = _load_weights(
-                                b_raw_base + consumer_state.index * _B_RAW_BYTES + w_raw_off,
-                                sfb_base + consumer_state.index * _SF_BYTES + w_sf_off,
-                            )
                             warpgroup.wait_group(0)
-                            act_pipeline.consumer_release(act_cstate)
-                            act_cstate.advance()
-                # Retire the last wgmma and keep the two warpgroups in step
-                # (the turn order restarts with warpgroup 0).
+                # Retire the last wgmma; the next tile's prologue overwrites
+                # buffer 0, so wait for the other warpgroup too.
                 warpgroup.wait_group(0)
                 consumer_bar.arrive_and_wait()
 
