@@ -146,10 +146,16 @@ class Operands:
         return True
 
 
-def per_call_us(call, batches: int, per_batch: int) -> float:
-    """Median over batches of the wall time per call, in microseconds."""
+def per_call_us(call, batches: int, per_batch: int, drain=None) -> float:
+    """Median over batches of the wall time per call, in microseconds.
+
+    ``drain`` (untimed, between batches) empties the GPU queue, so that a batch measures
+    the host's cost and not a GPU that is slower than the host.
+    """
     samples = []
     for _ in range(batches):
+        if drain is not None:
+            drain()
         start = time.perf_counter()
         for i in range(per_batch):
             call(i)
@@ -158,12 +164,14 @@ def per_call_us(call, batches: int, per_batch: int) -> float:
 
 
 def steady_state(device: int, calls: int, pointer_sets: int) -> dict[str, float]:
-    plan = GroupedGemmPlan(SMALL, device)
+    batches, per_batch = 20, max(1, calls // 20)
+    # a ring slot per call of a batch: the runs of a batch never wait for the GPU (one
+    # small kernel takes ~11 us, longer than the host needs to launch it)
+    plan = GroupedGemmPlan(SMALL, device, ring_slots=per_batch + 1)
     stream = int(driver.call("cuStreamCreate", 1))  # CU_STREAM_NON_BLOCKING
     sets = [Operands(SMALL) for _ in range(pointer_sets)]
     columns = [s.columns for s in sets]
     flat = [plan.pointers(*c, stream)[0] for c in columns]
-    batches, per_batch = 20, max(1, calls // 20)
 
     def run_new(i):
         plan.run(*columns[i % pointer_sets], stream=stream)
@@ -179,7 +187,7 @@ def steady_state(device: int, calls: int, pointer_sets: int) -> dict[str, float]
         for i in range(200):  # warm-up
             call(i)
         plan.synchronize()
-        result[name] = per_call_us(call, batches, per_batch)
+        result[name] = per_call_us(call, batches, per_batch, drain=plan.synchronize)
         sync_start = time.perf_counter()
         plan.synchronize()
         result[name + "_drain_us"] = (time.perf_counter() - sync_start) * 1e6
