@@ -1,44 +1,57 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, in one device call: GPU tests, CLI from the installed
-# wheel, kernel and host-path benchmarks, reliability, compute-sanitizer.
-# Run from the repo root on the GPU machine; logs and JSON go to $OUT (default ./out).
-# The wheel (python -m pip wheel --no-deps -w .carry/wheel .) is carried in .carry/.
+# wheel, reliability, host path, kernel benchmark against torch, compute-sanitizer.
+# Run from the repo root on the GPU machine:  bash bench/h200_batch.sh 2>&1 | tee $OUT/batch.log
+# JSON results and the CLI transcript go to $OUT (default ./out). STEPS selects steps
+# (default: all). The wheel (python -m pip wheel --no-deps -w .carry/wheel .) is carried.
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
+STEPS=${STEPS:-env tests cli reliability host bench sanitizer}
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NVFP4_AOT_SHAPES=$PWD/tests/data/shapes.json
 SHAPES=$PWD/tests/data/shapes.json
+want() { [[ " $STEPS " == *" $1 "* ]]; }
 step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
 
-step environment
-{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  python3 -c 'import sys, numpy, cuda.bindings; print(sys.version.split()[0], "numpy", numpy.__version__, "cuda-bindings", cuda.bindings.__version__)'; } | tee "$OUT/env.txt"
-
-step "GPU tests (pytest -m gpu)"
-timeout 150 python3 -m pytest -q -m gpu tests/ -p no:cacheprovider 2>&1 | tail -25 | tee "$OUT/gpu_tests.txt"
-
-step "CLI from the installed wheel"
-rm -rf /tmp/site && python3 -m pip install -q --no-index --no-deps --target /tmp/site .carry/wheel/*.whl
-( cd /tmp && export PYTHONPATH=/tmp/site && {
-    echo "\$ nvfp4-aot info"; /tmp/site/bin/nvfp4-aot info
-    echo "\$ nvfp4-aot verify --shapes shapes.json"; /tmp/site/bin/nvfp4-aot verify --shapes "$SHAPES"
-    echo "\$ nvfp4-aot verify --shapes shapes.json --section benchmarks"; /tmp/site/bin/nvfp4-aot verify --shapes "$SHAPES" --section benchmarks
-    echo "\$ nvfp4-aot bench --shapes shapes.json"; /tmp/site/bin/nvfp4-aot bench --shapes "$SHAPES"
-    python3 -c 'import nvfp4_aot; print("nvfp4_aot from", nvfp4_aot.__file__)'
-  } 2>&1 ) | tee "$OUT/cli_transcript.txt"
-
-step reliability
-timeout 120 python3 bench/reliability.py --json "$OUT/reliability.json" 2>&1 | tail -30 | tee "$OUT/reliability.txt"
-
-step "host path"
-timeout 90 python3 bench/host_path.py --shapes "$SHAPES" --processes 3 --json "$OUT/host_path.json" 2>&1 | tail -25 | tee "$OUT/host_path.txt"
-
-step "kernel benchmark against torch baselines"
-timeout 150 python3 bench/bench_grouped_gemm.py --shapes "$SHAPES" --repeats 60 --sets 2 --json "$OUT/bench.json" 2>&1 | tail -15 | tee "$OUT/bench.txt"
-
-step "compute-sanitizer (memcheck, racecheck) on a 3-group problem"
-for tool in memcheck racecheck; do
-  timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m nvfp4_aot verify \
-    --shape 200,256,512 --shape 72,384,256 --shape 128,128,128 2>&1 | tail -6 | tee "$OUT/sanitizer_$tool.txt"
-  echo "exit code: ${PIPESTATUS[0]}" | tee -a "$OUT/sanitizer_$tool.txt"
-done
+if want env; then
+  step environment
+  date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  python3 -c 'import sys, numpy, cuda.bindings; print(sys.version.split()[0], "numpy", numpy.__version__, "cuda-bindings", cuda.bindings.__version__)'
+fi
+if want tests; then
+  step "GPU tests (pytest -m gpu)"
+  timeout 150 python3 -m pytest -q -m gpu tests/ -p no:cacheprovider 2>&1 | tail -15
+fi
+if want cli; then
+  step "CLI from the installed wheel"
+  rm -rf /tmp/site && python3 -m pip install -q --no-index --no-deps --target /tmp/site .carry/wheel/*.whl
+  ( cd /tmp && export PYTHONPATH=/tmp/site && {
+      echo "# $(date -u) $(nvidia-smi --query-gpu=name --format=csv,noheader)"
+      echo "\$ nvfp4-aot info"; /tmp/site/bin/nvfp4-aot info
+      echo "\$ nvfp4-aot verify --shapes shapes.json"; /tmp/site/bin/nvfp4-aot verify --shapes "$SHAPES"
+      echo "\$ nvfp4-aot verify --shapes shapes.json --section benchmarks"; /tmp/site/bin/nvfp4-aot verify --shapes "$SHAPES" --section benchmarks
+      echo "\$ nvfp4-aot bench --shapes shapes.json"; /tmp/site/bin/nvfp4-aot bench --shapes "$SHAPES"
+      python3 -c 'import nvfp4_aot; print("nvfp4_aot imported from", nvfp4_aot.__file__)'
+    } 2>&1 ) > "$OUT/cli_transcript.txt"
+  tail -8 "$OUT/cli_transcript.txt"
+fi
+if want reliability; then
+  step reliability
+  timeout 120 python3 bench/reliability.py --json "$OUT/reliability.json" 2>&1 | tail -8
+fi
+if want host; then
+  step "host path"
+  timeout 90 python3 bench/host_path.py --shapes "$SHAPES" --processes 3 --json "$OUT/host_path.json" 2>&1 | tail -30
+fi
+if want bench; then
+  step "kernel benchmark against torch baselines"
+  timeout 150 python3 bench/bench_grouped_gemm.py --shapes "$SHAPES" --repeats 60 --sets 2 --json "$OUT/bench.json" 2>&1 | tail -12
+fi
+if want sanitizer; then
+  step "compute-sanitizer (memcheck, racecheck) on a 3-group problem"
+  for tool in memcheck racecheck; do
+    timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m nvfp4_aot verify \
+      --shape 200,256,512 --shape 72,384,256 --shape 128,128,128 2>&1 | grep -v "^shape\|^-----\|^ *case" | tail -30
+    echo "$tool exit code: ${PIPESTATUS[0]}"
+  done
+fi
 step done
