@@ -124,6 +124,19 @@ def check_results(problems, arena, c_pointers, label: str) -> None:
         )
 
 
+def as_cuda_arrays(problems, pointers) -> list[list[CudaArray]]:
+    """The operands' pointers wrapped as __cuda_array_interface__ objects of their shapes."""
+    shapes = [
+        [p.a.shape, p.b.shape, (p.m, p.n), p.sfa_blocked.shape, p.sfb_blocked.shape]
+        for p in problems
+    ]
+    typestrs = ("|u1", "|u1", "<f2", "|u1", "|u1")
+    return [
+        [CudaArray(pointers[f][g], shapes[g][f], typestrs[f]) for g in range(len(problems))]
+        for f in range(5)
+    ]
+
+
 def run_and_check(
     device: int, sizes, seed: int, *, as_arrays: bool = False, stream: int = 0
 ) -> None:
@@ -132,19 +145,7 @@ def run_and_check(
         with plan.GroupedGemmPlan(sizes, device) as gemm:
             operands = pointers
             if as_arrays:
-                operands = [
-                    [CudaArray(pointers[0][g], p.a.shape, "|u1") for g, p in enumerate(problems)],
-                    [CudaArray(pointers[1][g], p.b.shape, "|u1") for g, p in enumerate(problems)],
-                    [CudaArray(pointers[2][g], (p.m, p.n), "<f2") for g, p in enumerate(problems)],
-                    [
-                        CudaArray(pointers[3][g], p.sfa_blocked.shape, "|u1")
-                        for g, p in enumerate(problems)
-                    ],
-                    [
-                        CudaArray(pointers[4][g], p.sfb_blocked.shape, "|u1")
-                        for g, p in enumerate(problems)
-                    ],
-                ]
+                operands = as_cuda_arrays(problems, pointers)
             gemm.run(*operands, stream=stream)
             gemm.synchronize()
         check_results(problems, arena, pointers[2], f"sizes {sizes[:3]}...")
@@ -248,19 +249,7 @@ def test_host_overhead(device, capsys):
     stream = driver.call("cuStreamCreate", 1)
     try:
         with plan.GroupedGemmPlan(sizes, device, ring_slots=16) as gemm:
-            arrays = [
-                [CudaArray(pointers[0][g], p.a.shape, "|u1") for g, p in enumerate(problems)],
-                [CudaArray(pointers[1][g], p.b.shape, "|u1") for g, p in enumerate(problems)],
-                [CudaArray(pointers[2][g], (p.m, p.n), "<f2") for g, p in enumerate(problems)],
-                [
-                    CudaArray(pointers[3][g], p.sfa_blocked.shape, "|u1")
-                    for g, p in enumerate(problems)
-                ],
-                [
-                    CudaArray(pointers[4][g], p.sfb_blocked.shape, "|u1")
-                    for g, p in enumerate(problems)
-                ],
-            ]
+            arrays = as_cuda_arrays(problems, pointers)
             swapped = [*pointers[:2], list(reversed(pointers[2])), *pointers[3:]]
             cases = {
                 "ints, same pointers": lambda i: pointers,
