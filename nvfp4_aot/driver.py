@@ -310,29 +310,32 @@ def function_attribute(function, attribute: int) -> int:
     return int(call("cuFuncGetAttribute", b.CUfunction_attribute(attribute), function))
 
 
-def function_param_info(function) -> list[tuple[int, int]] | None:
-    """(offset, size) of every kernel parameter, or None where the driver cannot say.
+def function_param_info(function, count: int) -> list[tuple[int, int]] | None:
+    """(offset, size) of the first ``count`` kernel parameters, or None where the driver
+    cannot say (``cuFuncGetParamInfo`` is CUDA 12.4+).
 
-    ``cuFuncGetParamInfo`` (CUDA 12.4+) answers CUDA_ERROR_INVALID_VALUE past the last
-    parameter; bindings or drivers without it make this return None.
+    Only ``count`` entries are asked for: probing past the last parameter answers
+    CUDA_ERROR_INVALID_VALUE, which compute-sanitizer reports as an API error. The
+    parameter count itself was proven at build time (PTX entry and ``.nv.info`` agree)
+    and the cubin's sha256 ties it to this file.
     """
     b = backend()
     if not hasattr(b, "cuFuncGetParamInfo"):
         return None
     params = []
-    while True:
+    for index in range(count):
         try:
-            result = b.cuFuncGetParamInfo(function, len(params))
+            result = b.cuFuncGetParamInfo(function, index)
         except RuntimeError:  # the loaded libcuda lacks the symbol
             return None
-        status = int(result[0])
-        if status == _CUDA_ERROR_INVALID_VALUE:
-            return params
-        if status != 0:
-            if not params and _result_name(result[0]) == "CUDA_ERROR_NOT_SUPPORTED":
+        if int(result[0]) != 0:
+            if index == 0 and _result_name(result[0]) == "CUDA_ERROR_NOT_SUPPORTED":
                 return None
+            if int(result[0]) == _CUDA_ERROR_INVALID_VALUE:
+                return params  # fewer parameters than expected: the caller refuses
             check("cuFuncGetParamInfo", result)
         params.append((int(result[1]), int(result[2])))
+    return params
 
 
 def _attribute_value(attribute, attr_id: int, values: Sequence[int]) -> None:

@@ -198,7 +198,7 @@ def _load(directory: Path, variant: Variant, device: int) -> LoadedKernel:
                 "manifest and the cubin disagree, rebake with `python build_kernels.py`"
             ) from exc
         function = driver.kernel_get_function(kernel)
-        _check_params(variant, driver.function_param_info(function))
+        _check_params(variant, driver.function_param_info(function, len(variant.params)))
         for attribute in variant.function_attributes:
             value = attribute.value
             if value is None:
