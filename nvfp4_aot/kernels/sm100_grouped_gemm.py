@@ -84,6 +84,8 @@ from cutlass.cute.runtime import make_ptr
 from cutlass.memory import SmemAllocator, TmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
+from .group_search import find_group
+
 FAMILY = "sm100_nvfp4_grouped_gemm"
 ARCHS = ("sm_100a", "sm_103a")
 TILE_M = 128
@@ -119,62 +121,6 @@ def _round_tmem_alloc_cols(required_cols: int) -> int:
         if need <= cols:
             return cols
     return 512
-
-
-@cute.jit
-def _find_group(
-    tile_idx: cutlass.Int32,
-    cta_prefix: cute.Tensor,
-    num_groups: cutlass.Constexpr[int],
-) -> cutlass.Int32:
-    """Group g holding tile_idx: the smallest g with tile_idx < cta_prefix[g + 1]."""
-    group_idx = cutlass.Int32(0)
-    if cutlass.const_expr(num_groups == 2):
-        p1 = cta_prefix[1]
-        if tile_idx >= p1:
-            group_idx = cutlass.Int32(1)
-    elif cutlass.const_expr(num_groups == 8):
-        # Branch tree: 7 independent loads, 3 compares.
-        p1 = cta_prefix[1]
-        p2 = cta_prefix[2]
-        p3 = cta_prefix[3]
-        p4 = cta_prefix[4]
-        p5 = cta_prefix[5]
-        p6 = cta_prefix[6]
-        p7 = cta_prefix[7]
-        if tile_idx < p4:
-            if tile_idx < p2:
-                if tile_idx < p1:
-                    group_idx = cutlass.Int32(0)
-                else:
-                    group_idx = cutlass.Int32(1)
-            else:
-                if tile_idx < p3:
-                    group_idx = cutlass.Int32(2)
-                else:
-                    group_idx = cutlass.Int32(3)
-        else:
-            if tile_idx < p6:
-                if tile_idx < p5:
-                    group_idx = cutlass.Int32(4)
-                else:
-                    group_idx = cutlass.Int32(5)
-            else:
-                if tile_idx < p7:
-                    group_idx = cutlass.Int32(6)
-                else:
-                    group_idx = cutlass.Int32(7)
-    else:
-        left = cutlass.Int32(0)
-        right = num_groups
-        while left < right:
-            mid = (left + right) // 2
-            if cta_prefix[mid + 1] <= tile_idx:
-                left = mid + 1
-            else:
-                right = mid
-        group_idx = left
-    return group_idx
 
 
 @cute.kernel
@@ -533,7 +479,7 @@ def grouped_gemm_kernel(
         prev_group_idx = cutlass.Int32(-1)
         cta_m = cutlass.Int32(0)
         k_tile_cnt = cutlass.Int32(0)
-        group_idx = _find_group(tile_idx, cta_prefix, num_groups)
+        group_idx = find_group(tile_idx, cta_prefix, num_groups)
         group_end = cta_prefix[group_idx + 1]
         while tile_idx < tile_end:
             if tile_idx >= group_end:
@@ -670,7 +616,7 @@ def grouped_gemm_kernel(
         tile_idx = tile_start
         prev_group_idx = cutlass.Int32(-1)
         k_tile_cnt = cutlass.Int32(0)
-        group_idx = _find_group(tile_idx, cta_prefix, num_groups)
+        group_idx = find_group(tile_idx, cta_prefix, num_groups)
         group_end = cta_prefix[group_idx + 1]
         while tile_idx < tile_end:
             if tile_idx >= group_end:
@@ -766,7 +712,7 @@ def grouped_gemm_kernel(
         n = cutlass.Int32(0)
         l = cutlass.Int32(0)  # noqa: E741
         cta_m = cutlass.Int32(0)
-        group_idx = _find_group(tile_idx, cta_prefix, num_groups)
+        group_idx = find_group(tile_idx, cta_prefix, num_groups)
         group_end = cta_prefix[group_idx + 1]
         while tile_idx < tile_end:
             acc_full = acc_consumer.wait_and_advance()

@@ -63,6 +63,8 @@ from cutlass.cutlass_dsl import dsl_user_op
 from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
+from .group_search import find_group
+
 FAMILY = "sm90_nvfp4_grouped_gemm"
 ARCHS = ("sm_90a",)
 
@@ -267,61 +269,6 @@ def _decode_act(a_raw, sfa, a_dst, a_rr):
                 sts_b32(dst + (w // 2) * (TILE_M * 128) + ((a_rr ^ unit) * 16), vals[s])
 
 
-@cute.jit
-def find_group(
-    tensor_of_cta_prefix: cute.Tensor,
-    tile_idx: cutlass.Int32,
-    num_groups: cutlass.Constexpr[int],
-) -> cutlass.Int32:
-    """Group owning tile_idx: branch tree for 8 groups, binary search otherwise.
-
-    Returns the last group g with prefix[g] <= tile_idx < prefix[g + 1], so
-    groups with zero tiles are skipped.
-    """
-    group_idx = cutlass.Int32(0)
-    if cutlass.const_expr(num_groups == 8):
-        p1 = tensor_of_cta_prefix[1]
-        p2 = tensor_of_cta_prefix[2]
-        p3 = tensor_of_cta_prefix[3]
-        p4 = tensor_of_cta_prefix[4]
-        p5 = tensor_of_cta_prefix[5]
-        p6 = tensor_of_cta_prefix[6]
-        p7 = tensor_of_cta_prefix[7]
-        if tile_idx < p4:
-            if tile_idx < p2:
-                if tile_idx < p1:
-                    group_idx = cutlass.Int32(0)
-                else:
-                    group_idx = cutlass.Int32(1)
-            else:
-                if tile_idx < p3:
-                    group_idx = cutlass.Int32(2)
-                else:
-                    group_idx = cutlass.Int32(3)
-        else:
-            if tile_idx < p6:
-                if tile_idx < p5:
-                    group_idx = cutlass.Int32(4)
-                else:
-                    group_idx = cutlass.Int32(5)
-            else:
-                if tile_idx < p7:
-                    group_idx = cutlass.Int32(6)
-                else:
-                    group_idx = cutlass.Int32(7)
-    else:
-        left = cutlass.Int32(0)
-        right = cutlass.Int32(num_groups)
-        while left < right:
-            mid = (left + right) // 2
-            if tensor_of_cta_prefix[mid + 1] <= tile_idx:
-                left = mid + 1
-            else:
-                right = mid
-        group_idx = left
-    return group_idx
-
-
 def make_ab_tensor(ptr: cute.Pointer, rows, k):
     """(rows, k/2) byte view of a K-major FP4 matrix (row pitch k/2 bytes)."""
     k_bytes = cute.assume(k // 2, 16)
@@ -509,7 +456,7 @@ def kernel(
         )
         if tile_start < tile_end:
             tile_idx = tile_start
-            group_idx = find_group(tensor_of_cta_prefix, tile_idx, num_groups)
+            group_idx = find_group(tile_idx, tensor_of_cta_prefix, num_groups)
             prev_group_idx = cutlass.Int32(-1)
             cta_m = cutlass.Int32(1)
             k_tile_cnt = cutlass.Int32(0)
@@ -677,7 +624,7 @@ def kernel(
 
         if tile_start < tile_end:
             tile_idx = tile_start
-            group_idx = find_group(tensor_of_cta_prefix, tile_idx, num_groups)
+            group_idx = find_group(tile_idx, tensor_of_cta_prefix, num_groups)
             prev_group_idx = cutlass.Int32(-1)
             m = cutlass.Int32(0)
             n = cutlass.Int32(0)

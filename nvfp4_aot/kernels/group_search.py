@@ -1,0 +1,64 @@
+"""The persistent schedulers' group search, shared by the sm_100a and sm_90a kernels.
+
+Tiles of all groups are numbered consecutively; ``cta_prefix[g]`` is the first tile of
+group g and ``cta_prefix[num_groups]`` the total. Inlined into each kernel at trace time.
+"""
+
+import cutlass
+import cutlass.cute as cute
+
+
+@cute.jit
+def find_group(
+    tile_idx: cutlass.Int32,
+    cta_prefix: cute.Tensor,
+    num_groups: cutlass.Constexpr[int],
+) -> cutlass.Int32:
+    """Group g holding tile_idx: the smallest g with tile_idx < cta_prefix[g + 1]."""
+    group_idx = cutlass.Int32(0)
+    if cutlass.const_expr(num_groups == 2):
+        p1 = cta_prefix[1]
+        if tile_idx >= p1:
+            group_idx = cutlass.Int32(1)
+    elif cutlass.const_expr(num_groups == 8):
+        # Branch tree: 7 independent loads, 3 compares.
+        p1 = cta_prefix[1]
+        p2 = cta_prefix[2]
+        p3 = cta_prefix[3]
+        p4 = cta_prefix[4]
+        p5 = cta_prefix[5]
+        p6 = cta_prefix[6]
+        p7 = cta_prefix[7]
+        if tile_idx < p4:
+            if tile_idx < p2:
+                if tile_idx < p1:
+                    group_idx = cutlass.Int32(0)
+                else:
+                    group_idx = cutlass.Int32(1)
+            else:
+                if tile_idx < p3:
+                    group_idx = cutlass.Int32(2)
+                else:
+                    group_idx = cutlass.Int32(3)
+        else:
+            if tile_idx < p6:
+                if tile_idx < p5:
+                    group_idx = cutlass.Int32(4)
+                else:
+                    group_idx = cutlass.Int32(5)
+            else:
+                if tile_idx < p7:
+                    group_idx = cutlass.Int32(6)
+                else:
+                    group_idx = cutlass.Int32(7)
+    else:
+        left = cutlass.Int32(0)
+        right = num_groups
+        while left < right:
+            mid = (left + right) // 2
+            if cta_prefix[mid + 1] <= tile_idx:
+                left = mid + 1
+            else:
+                right = mid
+        group_idx = left
+    return group_idx
