@@ -323,7 +323,9 @@ class GroupedGemmPlan:
             [b["sfb"] for b in bytes_of],
         )
         # bytes the kernel touches per operand, field-major like the flat pointer list
-        self._operand_sizes = np.asarray([b[f] for f in _FIELDS for b in bytes_of], dtype=np.int64)
+        self._operand_sizes = np.asarray(
+            [b[f] for f in _FIELDS for b in bytes_of], dtype=np.int64
+        )
         # flat pointer index (field * G + group) -> int64 word in a ring slot
         count = len(self.problem_sizes)
         scatter = [0] * (5 * count)
@@ -424,9 +426,7 @@ class GroupedGemmPlan:
             self._validated.move_to_end(key)
         else:
             if _misaligned(flat):
-                i = next(
-                    i for i, x in enumerate(flat) if x & _ADDRESS_MASK or not 0 < x < _ADDRESS_END
-                )
+                i = next(i for i, x in enumerate(flat) if x & _ADDRESS_MASK or not 0 < x < _ADDRESS_END)
                 validation.check_pointer(i % count, _FIELDS[i // count], flat[i])
             validation.check_outputs_disjoint(flat, self._operand_sizes, count)
             self._validated[key] = None
@@ -513,44 +513,51 @@ class GroupedGemmPlan:
                 driver.stream_wait_event(stream, res.sync_event)
             if self._last_stream is not None and stream != self._last_stream:
                 driver.stream_wait_event(stream, self._events[self._last_slot])
-            slot = self._stage(pointers, stream, driver.memcpy_htod_async)
+            if pointers == self._last_pointers:
+                slot = self._last_slot
+            else:
+                slot = self._free_slot()
+                row = self._staging[slot]
+                row[self._scatter] = pointers
+                driver.memcpy_htod_async(
+                    self._slot_address(slot),
+                    self._staging_addresses[slot],
+                    self._slot_bytes,
+                    stream,
+                )
+            params = self._params[slot]
             if stream != self._config_stream:
                 for config in self._configs:
                     config.hStream = stream
                 self._config_stream = stream
-            for function, config, param in zip(self._functions, self._configs, self._params[slot]):
+            for function, config, param in zip(self._functions, self._configs, params):
                 driver.launch(function, config, param)
             driver.event_record(self._events[slot], stream)
-            self._commit(slot, stream, pointers)
+            self._seq += 1
+            self._slot_seq[slot] = self._seq
+            self._last_slot = slot
+            self._last_stream = stream
+            self._last_pointers = pointers
 
     def _launch_hot(self, pointers, stream: int) -> None:
         """:meth:`launch_pointers` for the steady state (same stream, no producer streams),
         through :class:`driver.HotPath`: the same calls, without the bindings' marshalling."""
         hot = self._hot
         hot.set_context(self._hot_context)
-        slot = self._stage(pointers, stream, hot.memcpy_htod_async)
+        if pointers == self._last_pointers:
+            slot = self._last_slot
+        else:
+            slot = self._free_slot()
+            self._staging[slot][self._scatter] = pointers
+            hot.memcpy_htod_async(
+                self._slot_address(slot), self._staging_addresses[slot], self._slot_bytes, stream
+            )
         for (function, grid, block, shared), params in zip(self._hot_launches, self._params[slot]):
             hot.launch(function, grid, block, shared, stream, params)
         hot.event_record(self._hot_events[slot], stream)
-        self._commit(slot, stream, pointers)
-
-    def _stage(self, pointers, stream: int, copy) -> int:
-        """The ring slot that holds ``pointers`` on the device once ``stream`` gets there:
-        the previous run's if they are unchanged, else a free slot whose staging is written
-        and copied with ``copy(dst, src, size, stream)``."""
-        if pointers == self._last_pointers:
-            return self._last_slot
-        slot = self._free_slot()
-        self._staging[slot][self._scatter] = pointers
-        copy(self._slot_address(slot), self._staging_addresses[slot], self._slot_bytes, stream)
-        return slot
-
-    def _commit(self, slot: int, stream: int, pointers) -> None:
-        """Remember a launched run: its slot's sequence number, stream and pointers."""
         self._seq += 1
         self._slot_seq[slot] = self._seq
         self._last_slot = slot
-        self._last_stream = stream
         self._last_pointers = pointers
 
     def _capturing(self, stream: int) -> bool:
