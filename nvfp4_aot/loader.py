@@ -73,19 +73,22 @@ def baked_archs(manifest: Manifest) -> str:
     return ", ".join(f"{arch} (compute capability {cc[0]}.{cc[1]})" for arch, cc in archs)
 
 
-def variants_for(manifest: Manifest, capability: tuple[int, int]) -> list[Variant]:
+def variants_for(
+    manifest: Manifest, capability: tuple[int, int], device: int | None = None
+) -> list[Variant]:
     """Variants that run on ``capability``, fewest groups first.
 
     Raises
     ------
     UnsupportedDeviceError
-        Naming the capability and every baked arch.
+        Naming the capability, the device ordinal (where given) and every baked arch.
     """
     capability = tuple(capability)
     found = [v for v in manifest.variants if tuple(v.compute_capability) == capability]
     if not found:
+        where = "" if device is None else f"device {device}: "
         raise UnsupportedDeviceError(
-            f"no baked kernel runs on a device of compute capability "
+            f"{where}no baked kernel runs on a device of compute capability "
             f"{capability[0]}.{capability[1]}; the artifacts hold {baked_archs(manifest)}. "
             "Use a GPU of one of these architectures or bake a variant for this one"
         )

@@ -161,7 +161,8 @@ class GroupedGemmPlan:
         self.ring_slots = ring_slots
         manifest = loader.load_manifest(artifacts)
         capability = loader.device_capability(self.device)
-        variants = {v.num_groups: v for v in loader.variants_for(manifest, capability)}
+        found = loader.variants_for(manifest, capability, self.device)
+        variants = {v.num_groups: v for v in found}
         self.sm_count = driver.sm_count(self.device)
         self._lock = threading.Lock()
 
@@ -569,6 +570,7 @@ class GroupedGemmPlan:
         """A run recorded into a CUDA graph: the graph slot and the graph workspace, no
         ring events. The captured copy reads the graph slot's pinned staging at each
         replay, which :meth:`set_graph_pointers` rewrites between replays."""
+        driver.activate(self.device)  # as the eager paths: the plan's device current
         slot = self.graph_slot
         self._staging[slot][self._scatter] = pointers
         driver.memcpy_htod_async(
