@@ -35,7 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from nvfp4_aot import driver, validation  # noqa: E402
+from nvfp4_aot import driver  # noqa: E402
+from nvfp4_aot.device_data import DeviceOperands  # noqa: E402
 from nvfp4_aot.plan import GroupedGemmPlan  # noqa: E402
 
 # The DSL path, measured 2026-12-02 on the CPU development machine (x86-64, 2 cores,
@@ -52,7 +53,6 @@ FIRST_BENCHMARK = [(m, 4096, 7168) for m in (80, 176, 128, 72, 64, 248, 96, 160)
 SMALL = [(128, 128, 256)]  # one output tile: a short kernel, so the GPU keeps up
 TARGET_RUN_US = 10.0
 TARGET_GRAPH_US = 3.0
-ALIGN = 256
 
 CHILD = r"""
 import json, sys, time
@@ -114,36 +114,11 @@ def cold_start(device: int, sizes, processes: int) -> dict[str, float]:
     return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
 
 
-class Operands:
+class Operands(DeviceOperands):
     """Zero-filled A, B, C, SFA, SFB for ``sizes`` in one allocation (timing only)."""
 
-    def __init__(self, sizes):
-        entries, offset = [], 0
-        for m, n, k in sizes:
-            b = validation.operand_bytes(m, n, k)
-            entry = []
-            for name in ("a", "b", "c", "sfa", "sfb"):
-                entry.append(offset)
-                offset += -(-b[name] // ALIGN) * ALIGN
-            entries.append(entry)
-        self.base = driver.mem_alloc(offset)
-        driver.memset_d8(self.base, 0, offset)
-        self.sizes = sizes
-        self.columns = tuple([self.base + e[f] for e in entries] for f in range(5))
-
-    def poison_c(self):
-        for c, (m, n, _k) in zip(self.columns[2], self.sizes):
-            driver.memset_d16(c, 0xFFFF, m * n)
-
     def c_is_zero(self) -> bool:
-        import numpy as np
-
-        for c, (m, n, _k) in zip(self.columns[2], self.sizes):
-            out = np.empty((m, n), dtype=np.uint16)
-            driver.memcpy_dtoh(out.ctypes.data, c, out.nbytes)
-            if out.any():
-                return False
-        return True
+        return not any(self.c_raw(g).any() for g in range(len(self.sizes)))
 
 
 def per_call_us(call, batches: int, per_batch: int, drain=None) -> float:

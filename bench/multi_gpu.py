@@ -45,13 +45,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from nvfp4_aot import driver, validation  # noqa: E402
+from nvfp4_aot.device_data import DeviceOperands  # noqa: E402
 from nvfp4_aot.layouts import e4m3_to_float, random_problem  # noqa: E402
 from nvfp4_aot.plan import GroupedGemmPlan  # noqa: E402
 from nvfp4_aot.reference import reference_gemm, relative_error  # noqa: E402
 
 TOLERANCE = 1e-3
 POISON = 0x7E00  # FP16 NaN: an unwritten element never passes the check
-ALIGN = 256
 STREAM_NON_BLOCKING = 1
 # small enough for a float64 reference on the host in seconds, with ragged m
 CHECK_SHAPES = [(96, 128, 256), (256, 512, 512), (384, 256, 1024), (128, 1024, 256)]
@@ -59,44 +59,6 @@ CHECK_SHAPES = [(96, 128, 256), (256, 512, 512), (384, 256, 1024), (128, 1024, 2
 
 # ---------------------------------------------------------------------------------------
 # device data (allocated with the device's context current: call from its thread)
-
-
-class InputSet:
-    """A, B, C, SFA, SFB of every group in one device allocation."""
-
-    def __init__(self, sizes, host_arrays):
-        self.sizes = [tuple(s) for s in sizes]
-        layout, offset = [], 0
-        for m, n, k in self.sizes:
-            b = validation.operand_bytes(m, n, k)
-            entry = []
-            for name in ("a", "b", "c", "sfa", "sfb"):
-                entry.append(offset)
-                offset += -(-b[name] // ALIGN) * ALIGN
-            layout.append(entry)
-        self.base = driver.mem_alloc(offset)
-        host = np.zeros(offset, dtype=np.uint8)
-        for (a, b, sfa, sfb), (pa, pb, _pc, psfa, psfb) in zip(host_arrays, layout):
-            for array, at in ((a, pa), (b, pb), (sfa, psfa), (sfb, psfb)):
-                raw = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
-                host[at : at + raw.size] = raw
-        driver.memcpy_htod(self.base, host.ctypes.data, offset)
-        self.columns = tuple([self.base + e[f] for e in layout] for f in range(5))
-
-    def poison(self, stream: int) -> None:
-        for c, (m, n, _k) in zip(self.columns[2], self.sizes):
-            driver.call("cuMemsetD16Async", c, POISON, m * n, stream)
-
-    def c(self, g: int) -> np.ndarray:
-        m, n, _k = self.sizes[g]
-        out = np.empty((m, n), dtype=np.float16)
-        driver.memcpy_dtoh(out.ctypes.data, self.columns[2][g], out.nbytes)
-        return out
-
-    def free(self) -> None:
-        if self.base:
-            driver.mem_free(self.base)
-            self.base = 0
 
 
 def timing_arrays(sizes, rng: np.random.Generator):
@@ -157,11 +119,11 @@ def check_worker(device, record, barrier, rounds: int, seed: int) -> None:
             barrier.wait()
             for r in range(rounds):
                 problems = [random_problem(m, n, k, rng) for m, n, k in CHECK_SHAPES]
-                data = InputSet(
+                data = DeviceOperands(
                     CHECK_SHAPES, [(p.a, p.b, p.sfa_blocked, p.sfb_blocked) for p in problems]
                 )
                 try:
-                    data.poison(stream)
+                    data.poison_c(POISON, stream)
                     plan.run(*data.columns, stream=stream)
                     driver.stream_synchronize(stream)
                     for g, p in enumerate(problems):
@@ -180,11 +142,11 @@ def time_worker(device, record, barrier, sizes, iters: int, warmup: int, seed: i
     rng = np.random.default_rng([seed, 1000 + device])
     stream = int(driver.call("cuStreamCreate", STREAM_NON_BLOCKING))
     start, end = driver.call("cuEventCreate", 0), driver.call("cuEventCreate", 0)
-    data = InputSet(sizes, timing_arrays(sizes, rng))
+    data = DeviceOperands(sizes, timing_arrays(sizes, rng))
     try:
         with GroupedGemmPlan(sizes, device) as plan:
             record["variants"] = [v.name for v in plan.variants]
-            data.poison(stream)
+            data.poison_c(POISON, stream)
             for _ in range(warmup):
                 plan.run(*data.columns, stream=stream)
             driver.stream_synchronize(stream)

@@ -41,7 +41,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from nvfp4_aot import driver, validation  # noqa: E402
+from nvfp4_aot import driver  # noqa: E402
+from nvfp4_aot.device_data import DeviceOperands  # noqa: E402
 from nvfp4_aot.errors import InvalidProblemError, Nvfp4Error  # noqa: E402
 from nvfp4_aot.layouts import random_problem  # noqa: E402
 from nvfp4_aot.plan import GroupedGemmPlan  # noqa: E402
@@ -49,7 +50,6 @@ from nvfp4_aot.reference import reference_gemm, relative_error  # noqa: E402
 
 TOLERANCE = 1e-3
 POISON = 0xFFFF  # FP16 NaN: an unwritten element never passes the check
-ALIGN = 256
 STREAM_NON_BLOCKING = 1
 MiB = 1 << 20
 # growth allowed in the soak (noise: allocator slack, lazily loaded driver pieces)
@@ -61,45 +61,17 @@ RSS_NOISE = 16 * MiB
 # device data
 
 
-class InputSet:
+class InputSet(DeviceOperands):
     """Random problems for ``sizes`` on the device (one allocation), with references."""
 
     def __init__(self, sizes, rng: np.random.Generator):
-        self.sizes = [tuple(s) for s in sizes]
-        self.problems = [random_problem(m, n, k, rng) for m, n, k in self.sizes]
+        self.problems = [random_problem(m, n, k, rng) for m, n, k in sizes]
         self.references = [reference_gemm(p) for p in self.problems]
-        layout, offset = [], 0
-        for m, n, k in self.sizes:
-            b = validation.operand_bytes(m, n, k)
-            entry = []
-            for name in ("a", "b", "c", "sfa", "sfb"):
-                entry.append(offset)
-                offset += -(-b[name] // ALIGN) * ALIGN
-            layout.append(entry)
-        self.nbytes = offset
-        self.base = driver.mem_alloc(offset)
-        host = np.zeros(offset, dtype=np.uint8)
-        for p, (pa, pb, _pc, psfa, psfb) in zip(self.problems, layout):
-            for array, at in ((p.a, pa), (p.b, pb), (p.sfa_blocked, psfa), (p.sfb_blocked, psfb)):
-                raw = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
-                host[at : at + raw.size] = raw
-        driver.memcpy_htod(self.base, host.ctypes.data, offset)
-        # columns in plan.run order: a, b, c, sfa, sfb
-        self.columns = tuple([self.base + e[f] for e in layout] for f in range(5))
+        super().__init__(sizes, [(p.a, p.b, p.sfa_blocked, p.sfb_blocked) for p in self.problems])
 
     def poison(self, stream: int | None = None) -> None:
         """Fill every C with 0xFFFF: on ``stream`` (ordered with its launches) or now."""
-        for c, (m, n, _k) in zip(self.columns[2], self.sizes):
-            if stream is None:
-                driver.memset_d16(c, POISON, m * n)
-            else:
-                driver.call("cuMemsetD16Async", c, POISON, m * n, stream)
-
-    def c_raw(self, g: int) -> np.ndarray:
-        m, n, _k = self.sizes[g]
-        out = np.empty((m, n), dtype=np.uint16)
-        driver.memcpy_dtoh(out.ctypes.data, self.columns[2][g], out.nbytes)
-        return out
+        self.poison_c(POISON, stream)
 
     def untouched(self) -> bool:
         return all((self.c_raw(g) == POISON).all() for g in range(len(self.sizes)))
@@ -113,11 +85,6 @@ class InputSet:
 
     def correct(self) -> bool:
         return all(e <= TOLERANCE for e in self.errors())
-
-    def free(self) -> None:
-        if self.base:
-            driver.mem_free(self.base)
-            self.base = 0
 
 
 class CudaArray:

@@ -26,6 +26,7 @@ import click
 import numpy as np
 
 from . import __version__, driver, loader, validation
+from .device_data import DeviceOperands
 from .errors import CudaError, Nvfp4Error, UnsupportedDeviceError
 from .layouts import E4M3_VALUES, random_problem
 from .reference import reference_gemm, relative_error
@@ -44,8 +45,6 @@ BENCH_DEFAULT = (
     ("gpumode-3", ((192, 3072, 4096), (320, 3072, 4096))),
     ("gpumode-4", ((128, 4096, 1536), (384, 4096, 1536))),
 )
-_ALIGN = 256  # cuMemAlloc alignment; kept for every operand inside one allocation
-_NAN_F16 = 0xFFFF  # poison for C: an unwritten element reads as NaN
 
 
 @dataclass(frozen=True)
@@ -180,47 +179,6 @@ def collect_cases(shapes_file, section, groups_json, shapes, defaults) -> list[C
 
 
 # device data --------------------------------------------------------------------------
-
-
-class _DeviceSet:
-    """One input set on the device: A, B, SFA, SFB, C of every group in one allocation."""
-
-    def __init__(self, arrays: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], sizes):
-        layout, offset = [], 0
-        for (a, b, sfa, sfb), (m, n, _k) in zip(arrays, sizes):
-            entry = []
-            for nbytes in (a.nbytes, b.nbytes, m * n * 2, sfa.nbytes, sfb.nbytes):
-                entry.append(offset)
-                offset += -(-nbytes // _ALIGN) * _ALIGN
-            layout.append(entry)
-        self.nbytes = offset
-        self.base = driver.mem_alloc(offset)
-        try:
-            for (a, b, sfa, sfb), (pa, pb, _pc, psfa, psfb) in zip(arrays, layout):
-                for array, at in ((a, pa), (b, pb), (sfa, psfa), (sfb, psfb)):
-                    array = np.ascontiguousarray(array)
-                    driver.memcpy_htod(self.base + at, array.ctypes.data, array.nbytes)
-        except BaseException:
-            self.free()
-            raise
-        self.sizes = tuple(sizes)
-        # columns in plan.run order: a, b, c, sfa, sfb
-        self.columns = tuple([self.base + entry[f] for entry in layout] for f in range(5))
-
-    def poison_c(self) -> None:
-        for c, (m, n, _k) in zip(self.columns[2], self.sizes):
-            driver.memset_d16(c, _NAN_F16, m * n)
-
-    def download_c(self, g: int) -> np.ndarray:
-        m, n, _k = self.sizes[g]
-        out = np.empty((m, n), dtype=np.float16)
-        driver.memcpy_dtoh(out.ctypes.data, self.columns[2][g], out.nbytes)
-        return out
-
-    def free(self) -> None:
-        if self.base:
-            driver.mem_free(self.base)
-            self.base = 0
 
 
 def _scale_codes(low: float = 0.25, high: float = 4.0) -> np.ndarray:
@@ -538,12 +496,12 @@ def verify(shapes_file, section, groups_json, shapes, tol, device, seed, artifac
             problems = [random_problem(m, n, k, rng) for m, n, k in case.sizes]
             arrays = [(p.a, p.b, p.sfa_blocked, p.sfb_blocked) for p in problems]
             with GroupedGemmPlan(case.sizes, device, artifacts=artifacts) as plan:
-                data = _DeviceSet(arrays, case.sizes)
+                data = DeviceOperands(case.sizes, arrays)
                 try:
                     data.poison_c()
                     plan.run(*data.columns)
                     plan.synchronize()
-                    outputs = [data.download_c(g) for g in range(len(case.sizes))]
+                    outputs = [data.c(g) for g in range(len(case.sizes))]
                 finally:
                     data.free()
                 variants = [v.name for v in plan.variants]
@@ -664,7 +622,7 @@ def bench(
                 events = []
                 try:
                     for _ in range(sets):
-                        data.append(_DeviceSet(_bench_arrays(case.sizes, rng), case.sizes))
+                        data.append(DeviceOperands(case.sizes, _bench_arrays(case.sizes, rng)))
                         bar.update(1)
                     for i in range(warmup):
                         plan.run(*data[i % sets].columns)
