@@ -40,7 +40,7 @@ if want reliability; then
 fi
 if want host; then
   step "host path"
-  timeout 90 python3 bench/host_path.py --shapes "$SHAPES" --processes 3 --json "$OUT/host_path.json" 2>&1 | tail -30
+  timeout 120 python3 bench/host_path.py --shapes "$SHAPES" --processes 3 --json "$OUT/host_path.json" 2>&1 | tail -90
 fi
 if want bench; then
   step "kernel benchmark against torch baselines"

@@ -2,21 +2,24 @@
 """Host-side cost of the nvfp4-aot runtime on a GPU machine; prints a table.
 
 1. Cold start, in fresh processes (median of --processes): ``import nvfp4_aot`` and the
-   runtime modules, cuInit + primary context, plan creation for the first benchmark
-   shape of shapes.json (manifest, cubin checks and load, device buffers), first run
-   completed. The baseline is the CuTe DSL path (import + ``cute.compile`` of both
-   variants), measured on the CPU development machine and recorded below.
+   runtime modules, the cuda.bindings import, cuInit + primary context, plan creation
+   for the first benchmark shape of shapes.json (manifest, cubin checks and load,
+   buffers), first run completed. Next to it: a bare ``python3 -c pass`` and the driver floor from C
+   (``bench/driver_floor.c``: dlopen libcuda + cuInit, context, library load), which any
+   CUDA program pays. The DSL baseline (import + ``cute.compile`` of both variants) was
+   measured on the CPU development machine and is recorded below.
 2. Steady state: host wall time per ``plan.run`` with new pointers on every call (input
-   sets alternate) and unchanged shapes, on a one-tile problem so the GPU keeps up;
-   median over batches. Also with repeated pointers, through ``launch_pointers`` and the
-   bare ``cuLaunchKernelEx`` floor.
+   sets alternate) and unchanged shapes, on a one-tile problem; median over batches.
+   Also with repeated pointers and through ``launch_pointers``; each piece of the path
+   alone; the same driver calls made from C (the floor); and the GPU time per run when
+   runs are queued back to back, which shows what the table copy costs the GPU.
 3. CUDA graph: N runs captured (relaxed mode), alternating between two plans, replayed.
    The target applies to the host time of one cuGraphLaunch divided by N (launched on
-   an idle queue, so it never blocks); wall and GPU time per run with replays queued are
-   bound by the kernel itself (about 11 us for one tile of the sm_90a kernel) and are
-   shown, as is a graph of kernel nodes only (same pointers, copies skipped).
+   an idle queue, so it never blocks); the GPU time per run is shown, as is a graph of
+   one plan with the same pointers.
 
-Uses only nvfp4_aot, cuda.bindings (through nvfp4_aot.driver) and numpy.
+Uses only nvfp4_aot, cuda.bindings (through nvfp4_aot.driver), numpy and a C compiler
+(optional, for the floors).
 
     python bench/host_path.py [--shapes /work/shared/shapes.json] [--device 0] [--json FILE]
 """
@@ -24,6 +27,7 @@ Uses only nvfp4_aot, cuda.bindings (through nvfp4_aot.driver) and numpy.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -61,13 +65,15 @@ import nvfp4_aot
 t1 = time.perf_counter()
 from nvfp4_aot import GroupedGemmPlan, driver, validation
 t2 = time.perf_counter()
+driver.backend()  # imports cuda.bindings (loaded lazily by the runtime)
+t3 = time.perf_counter()
 device = int(sys.argv[1]); sizes = json.loads(sys.argv[2])
 driver.init(); driver.activate(device)
-t3 = time.perf_counter()
-plan = GroupedGemmPlan(sizes, device)
 t4 = time.perf_counter()
+plan = GroupedGemmPlan(sizes, device)
+t5 = time.perf_counter()
 columns = [[], [], [], [], []]
-layout, offset = [], 0
+offset = 0
 for m, n, k in sizes:
     b = validation.operand_bytes(m, n, k)
     for f, name in enumerate(("a", "b", "c", "sfa", "sfb")):
@@ -76,13 +82,41 @@ for m, n, k in sizes:
 base = driver.mem_alloc(offset)
 driver.memset_d8(base, 0, offset)
 columns = [[base + o for o in col] for col in columns]
-t5 = time.perf_counter()
+t6 = time.perf_counter()
 plan.run(*columns)
 plan.synchronize()
-t6 = time.perf_counter()
-print(json.dumps({"import_package": t1 - t0, "import_runtime": t2 - t1, "cuda_init": t3 - t2,
-                  "plan": t4 - t3, "operands": t5 - t4, "first_run": t6 - t5}))
+t7 = time.perf_counter()
+print(json.dumps({"import_package": t1 - t0, "import_runtime": t2 - t1, "import_bindings": t3 - t2,
+                  "cuda_init": t4 - t3, "plan": t5 - t4, "operands": t6 - t5, "first_run": t7 - t6,
+                  "numpy_imported": float("numpy" in sys.modules)}))
 """
+
+# The driver's own share of the cold start, in a fresh process (bench/driver_floor.c).
+FLOOR_CHILD = r"""
+import ctypes, json, sys
+floor = ctypes.CDLL(sys.argv[1])
+out = (ctypes.c_double * 3)()
+status = floor.cold_floor(sys.argv[2].encode(), sys.argv[3].encode(), out)
+print(json.dumps({"status": status, "libcuda_and_cuinit": out[0] / 1e3,
+                  "context": out[1] / 1e3, "library_and_function": out[2] / 1e3}))
+"""
+
+PYTHON_ONLY = "pass"
+
+
+def build_floor() -> Path | None:
+    """Compile bench/driver_floor.c (None where there is no C compiler)."""
+    target = Path("/tmp/nvfp4_aot_driver_floor.so")
+    source = REPO / "bench" / "driver_floor.c"
+    result = subprocess.run(
+        ["cc", "-O2", "-shared", "-fPIC", "-o", str(target), str(source), "-ldl"],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        print(f"(no driver floor: cc failed: {result.stderr.strip()[:200]})")
+        return None
+    return target
 
 
 def first_benchmark_shape(path: Path | None) -> list[tuple[int, int, int]]:
@@ -92,14 +126,14 @@ def first_benchmark_shape(path: Path | None) -> list[tuple[int, int, int]]:
     return [tuple(v) for v in zip(case["m"], case["n"], case["k"])]
 
 
-def cold_start(device: int, sizes, processes: int) -> dict[str, float]:
-    """Median over fresh processes of each step (seconds) and of the process wall time."""
+def _median_child(code: str, args, processes: int) -> dict[str, float]:
+    """Median over fresh processes of each reported step and of the process wall time."""
     runs = []
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for _ in range(processes):
         start = time.perf_counter()
         out = subprocess.run(
-            [sys.executable, "-c", CHILD, str(device), json.dumps(sizes)],
+            [sys.executable, "-c", code, *map(str, args)],
             capture_output=True,
             text=True,
             cwd=REPO,
@@ -108,10 +142,29 @@ def cold_start(device: int, sizes, processes: int) -> dict[str, float]:
         wall = time.perf_counter() - start
         if out.returncode != 0:
             raise SystemExit(f"cold-start child failed:\n{out.stderr}")
-        steps = json.loads(out.stdout.strip().splitlines()[-1])
+        lines = out.stdout.strip().splitlines()
+        steps = json.loads(lines[-1]) if lines else {}
         steps["process_wall"] = wall
         runs.append(steps)
     return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+
+
+def cold_start(device: int, sizes, processes: int, floor: Path | None) -> dict:
+    """Ours per step, a bare Python process, and the driver floor."""
+    result = {
+        "ours": _median_child(CHILD, [device, json.dumps(sizes)], processes),
+        "python": _median_child(PYTHON_ONLY, [], processes),
+    }
+    if floor is not None:
+        from nvfp4_aot import loader
+
+        manifest = loader.load_manifest()
+        variant = loader.variants_for(manifest, driver.compute_capability(device), device)[0]
+        cubin = loader.artifacts_dir() / variant.cubin
+        result["floor"] = _median_child(
+            FLOOR_CHILD, [floor, cubin, variant.kernel_symbol], processes
+        )
+    return result
 
 
 class Operands(DeviceOperands):
@@ -138,7 +191,7 @@ def per_call_us(call, batches: int, per_batch: int, drain=None) -> float:
     return statistics.median(samples)
 
 
-def steady_state(device: int, calls: int, pointer_sets: int) -> dict[str, float]:
+def steady_state(device: int, calls: int, pointer_sets: int, floor) -> dict:
     batches, per_batch = 20, max(1, calls // 20)
     # a ring slot per call of a batch: the runs of a batch never wait for the GPU (one
     # small kernel takes ~11 us, longer than the host needs to launch it)
@@ -166,35 +219,59 @@ def steady_state(device: int, calls: int, pointer_sets: int) -> dict[str, float]
         sync_start = time.perf_counter()
         plan.synchronize()
         result[name + "_drain_us"] = (time.perf_counter() - sync_start) * 1e6
-    try:  # the floor: one prepared cuLaunchKernelEx (plan internals, for reference only)
-        function, config, params = plan._functions[0], plan._configs[0], plan._params[0][0]
-        config.hStream = stream
-        result["launch_floor"] = per_call_us(
-            lambda _i: driver.launch(function, config, params), batches, per_batch
-        )
-    except AttributeError:
-        result["launch_floor"] = float("nan")
     # pieces of the new-pointer path (plan internals, for reference only)
-    try:
-        slot = plan._last_slot
-        row, size = plan._staging[slot], plan._slot_bytes
-        address, host = plan._slot_address(slot), row.ctypes.data
-        event = plan._events[slot]
-        pieces = {
-            "piece_activate": lambda _i: driver.activate(device),
-            "piece_memcpy_async": lambda _i: driver.memcpy_htod_async(address, host, size, stream),
-            "piece_event_record": lambda _i: driver.event_record(event, stream),
-            "piece_event_query": lambda _i: driver.event_query(event),
-            "piece_pointers": lambda i: plan.pointers(*columns[i % pointer_sets], stream),
-            "piece_row_ctypes_data": lambda _i: row.ctypes.data,
-        }
-        for name, call in pieces.items():
-            result[name] = per_call_us(call, batches, per_batch)
+    calls_ = plan._calls
+    slot = plan._last_slot
+    spec, params = plan._launch_specs[0], plan._params[slot][0]
+    table = plan._packed(flat[0])
+    key_columns = columns[0]
+    pieces = {
+        "piece_table_lookup": lambda _i: plan._validated.get(
+            (*key_columns[0], *key_columns[1], *key_columns[2], *key_columns[3], *key_columns[4])
+        ),
+        "piece_stage_write": lambda _i: plan._staging[slot].__setitem__(slice(None), table),
+        "piece_is_capturing": lambda _i: calls_.stream_is_capturing(stream),
+        "piece_set_context": lambda _i: calls_.set_context(plan._context),
+        "piece_launch": lambda _i: calls_.launch(spec, stream, params),
+        "piece_event_record": lambda _i: calls_.event_record(plan._event_handles[slot], stream),
+        "piece_event_query": lambda _i: calls_.event_query(plan._event_handles[slot]),
+    }
+    pieces["piece_memcpy_async"] = lambda _i: calls_.memcpy_htod_async(
+        plan._slot_address(slot), plan._staging_addresses[slot], plan._slot_bytes, stream
+    )
+    for name, call in pieces.items():
+        result[name] = per_call_us(call, batches, per_batch)
+        plan.synchronize()
+    if floor is not None and type(calls_).__name__ == "DirectCalls":
+        library = ctypes.CDLL(str(floor))
+        library.steady_floor.restype = ctypes.c_double
+        address = lambda f: ctypes.c_void_p(ctypes.cast(f, ctypes.c_void_p).value)  # noqa: E731
+        samples = []
+        for _ in range(batches):
             plan.synchronize()
-    except AttributeError:
-        pass
-    # GPU time per eager run, runs queued back to back
+            samples.append(
+                library.steady_floor(
+                    ctypes.c_int(per_batch),
+                    address(calls_._cuStreamIsCapturing),
+                    address(calls_._cuCtxSetCurrent),
+                    address(calls_._cuMemcpyHtoDAsync),
+                    address(calls_._cuLaunchKernelEx),
+                    address(calls_._cuEventRecord),
+                    ctypes.c_void_p(plan._context),
+                    ctypes.c_uint64(plan._slot_address(slot)),
+                    ctypes.c_void_p(plan._staging_addresses[slot]),
+                    ctypes.c_size_t(plan._slot_bytes),
+                    ctypes.c_void_p(spec.config_address),
+                    ctypes.c_void_p(spec.function),
+                    ctypes.c_void_p(stream),
+                    ctypes.c_void_p(params),
+                    ctypes.c_void_p(plan._event_handles[slot]),
+                )
+            )
+        result["c_floor"] = statistics.median(samples)
+    # GPU time per eager run, runs queued back to back, new pointers each run
     start, end = driver.call("cuEventCreate", 0), driver.call("cuEventCreate", 0)
+    plan.synchronize()
     driver.event_record(start, stream)
     for i in range(calls):
         run_new(i)
@@ -281,98 +358,76 @@ def main() -> None:
     driver.init()
     name = driver.device_name(args.device)
     print(f"device {args.device}: {name}; cold-start shape: {len(sizes)} groups {sizes[0]}...")
-    cold = cold_start(args.device, sizes, args.processes)
-    steady = steady_state(args.device, args.calls, args.pointer_sets)
+    floor = build_floor()
+    cold = cold_start(args.device, sizes, args.processes, floor)
+    driver.activate(args.device)
+    steady = steady_state(args.device, args.calls, args.pointer_sets, floor)
     graphed = graph(args.device, args.graph_runs, args.replays)
     kernels_only = graph(args.device, args.graph_runs, args.replays, alternate=False)
 
-    ours_s = sum(cold[k] for k in ("import_package", "import_runtime", "cuda_init", "plan"))
-    ours_s += cold["first_run"]
     ms = 1e3
-    rows = [
-        ("cold: import nvfp4_aot", f"{cold['import_package'] * ms:.1f} ms", "", ""),
-        ("cold: import runtime modules", f"{cold['import_runtime'] * ms:.1f} ms", "", ""),
-        ("cold: cuInit + primary context", f"{cold['cuda_init'] * ms:.1f} ms", "", ""),
-        ("cold: plan (manifest, cubin load, buffers)", f"{cold['plan'] * ms:.1f} ms", "", ""),
-        ("cold: first run + sync", f"{cold['first_run'] * ms:.1f} ms", "", ""),
-        ("cold: total of the above", f"{ours_s * ms:.1f} ms", "", ""),
-        ("cold: (operand alloc, not counted)", f"{cold['operands'] * ms:.1f} ms", "", ""),
-        ("cold: process wall, spawn to exit", f"{cold['process_wall'] * ms:.1f} ms", "", ""),
-        (
-            f"baseline: DSL import + compile x2 (CPU box, {DSL_BASELINE_DATE})",
-            f"{DSL_BASELINE_S * ms:.0f} ms",
-            "",
-            "",
-        ),
-        (
-            "cold: process wall vs DSL baseline",
-            f"{DSL_BASELINE_S / cold['process_wall']:.1f}x faster",
-            "< baseline",
-            "pass" if cold["process_wall"] < DSL_BASELINE_S else "FAIL",
-        ),
-        (
-            "run(), new pointers each call",
-            f"{steady['run_new']:.2f} us",
-            f"<= {TARGET_RUN_US:g} us",
-            "pass" if steady["run_new"] <= TARGET_RUN_US else "FAIL",
-        ),
-        ("run(), same pointers (copy skipped)", f"{steady['run_same']:.2f} us", "", ""),
-        ("launch_pointers(), new pointers", f"{steady['launch_new']:.2f} us", "", ""),
-        ("cuLaunchKernelEx alone (floor)", f"{steady['launch_floor']:.2f} us", "", ""),
-        ("eager GPU time per run (queued)", f"{steady['eager_gpu_per_run']:.2f} us", "", ""),
-        (
-            f"graph: host time per run (cuGraphLaunch / {args.graph_runs})",
-            f"{graphed['host_per_run_us']:.2f} us",
-            f"<= {TARGET_GRAPH_US:g} us",
-            "pass" if graphed["host_per_run_us"] <= TARGET_GRAPH_US else "FAIL",
-        ),
-        (
-            "graph: wall per run, replays queued (GPU-bound)",
-            f"{graphed['wall_per_run_us']:.2f} us",
-            "",
-            "",
-        ),
-        ("graph: GPU time per run", f"{graphed['gpu_per_run_us']:.2f} us", "", ""),
-        ("graph: host per cuGraphLaunch", f"{graphed['host_per_graph_launch_us']:.1f} us", "", ""),
-        ("graph: nodes captured", str(graphed["nodes"]), "", ""),
-        (
-            "graph: replay wrote every C",
-            "yes" if graphed["wrote_every_c"] else "no",
-            "yes",
-            "pass" if graphed["wrote_every_c"] else "FAIL",
-        ),
-        ("graph: plan.close() after capture", graphed["close_after_capture"], "", ""),
-        (
-            "graph, same pointers: GPU time per run (kernel)",
-            f"{kernels_only['gpu_per_run_us']:.2f} us",
-            "",
-            "",
-        ),
-        ("graph, same pointers: nodes", str(kernels_only["nodes"]), "", ""),
-    ]
-    rows += [
-        (f"piece: {key[len('piece_') :]}", f"{value:.2f} us", "", "")
-        for key, value in steady.items()
-        if key.startswith("piece_")
-    ]
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    rows = []
+
+    def row(metric, value, target="", result=""):
+        rows.append((metric, value, target, result))
+
+    steps = ("import_package", "import_runtime", "import_bindings", "cuda_init", "plan", "first_run")
+    ours = cold["ours"]
+    total = sum(ours[k] for k in steps)
+    for step in steps:
+        row(f"cold: {step.replace('_', ' ')}", f"{ours[step] * ms:.1f} ms")
+    row("cold: numpy imported", "yes" if ours["numpy_imported"] else "no", "no",
+        "FAIL" if ours["numpy_imported"] else "pass")  # fmt: skip
+    row("cold: total in process", f"{total * ms:.1f} ms", "<= 100 ms",
+        "pass" if total <= 0.1 else "FAIL")  # fmt: skip
+    row("cold: process wall, spawn to exit", f"{ours['process_wall'] * ms:.1f} ms")
+    row("bare python3 process wall (-c pass)", f"{cold['python']['process_wall'] * ms:.1f} ms")
+    if "floor" in cold and cold["floor"].get("status", -1) == 0:
+        f = cold["floor"]
+        driver_ms = (f["libcuda_and_cuinit"] + f["context"] + f["library_and_function"]) * ms
+        row("C floor: dlopen libcuda + cuInit", f"{f['libcuda_and_cuinit'] * ms:.1f} ms")
+        row("C floor: primary context", f"{f['context'] * ms:.1f} ms")
+        row("C floor: library load + kernel function", f"{f['library_and_function'] * ms:.1f} ms")
+        row("cold: ours beyond the C floor", f"{total * ms - driver_ms:.1f} ms")
+    row(f"baseline: DSL import + compile x2 (CPU box, {DSL_BASELINE_DATE})",
+        f"{DSL_BASELINE_S * ms:.0f} ms")  # fmt: skip
+    wall = ours["process_wall"]
+    row("cold: process wall vs DSL baseline", f"{DSL_BASELINE_S / wall:.1f}x faster",
+        "< baseline", "pass" if wall < DSL_BASELINE_S else "FAIL")  # fmt: skip
+
+    row("run(), new pointers each call", f"{steady['run_new']:.2f} us",
+        f"<= {TARGET_RUN_US:g} us", "pass" if steady["run_new"] <= TARGET_RUN_US else "FAIL")  # fmt: skip
+    row("run(), same pointers", f"{steady['run_same']:.2f} us")
+    row("launch_pointers(), new pointers", f"{steady['launch_new']:.2f} us")
+    if "c_floor" in steady:
+        row("C floor: the same driver calls from C", f"{steady['c_floor']:.2f} us")
+    row("eager GPU time per run (queued)", f"{steady['eager_gpu_per_run']:.2f} us")
+    for key, value in steady.items():
+        if key.startswith("piece_"):
+            row(f"piece: {key[len('piece_') :]}", f"{value:.2f} us")
+
+    row(f"graph: host time per run (cuGraphLaunch / {args.graph_runs})",
+        f"{graphed['host_per_run_us']:.2f} us", f"<= {TARGET_GRAPH_US:g} us",
+        "pass" if graphed["host_per_run_us"] <= TARGET_GRAPH_US else "FAIL")  # fmt: skip
+    row("graph: GPU time per run", f"{graphed['gpu_per_run_us']:.2f} us")
+    row("graph: nodes captured", str(graphed["nodes"]))
+    row("graph: replay wrote every C", "yes" if graphed["wrote_every_c"] else "no", "yes",
+        "pass" if graphed["wrote_every_c"] else "FAIL")  # fmt: skip
+    row("graph: plan.close() after capture", graphed["close_after_capture"])
+    row("graph, one plan, same pointers: GPU time per run", f"{kernels_only['gpu_per_run_us']:.2f} us")
+
     header = ("metric", "value", "target", "result")
-    widths = [max(w, len(h)) for w, h in zip(widths, header)]
-    for row in (header, tuple("-" * w for w in widths), *rows):
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    for r in (header, tuple("-" * w for w in widths), *rows):
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
     if args.json is not None:
         args.json.write_text(
             json.dumps(
-                {
-                    "device": name,
-                    "cold": cold,
-                    "steady": steady,
-                    "graph": graphed,
-                    "graph_same_pointers": kernels_only,
-                },
+                {"device": name, "cold": cold, "steady": steady, "graph": graphed,
+                 "graph_same_pointers": kernels_only},
                 indent=2,
             )
-        )
+        )  # fmt: skip
 
 
 if __name__ == "__main__":

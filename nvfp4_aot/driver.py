@@ -55,13 +55,13 @@ def use_backend(new_backend):
     Swapping also forgets the initialisation state and the retained contexts, so that a
     fake starts from a clean slate.
     """
-    global _backend, _initialized, _hot_path
+    global _backend, _initialized, _direct_calls
     with _lock:
         previous = _backend
         _backend = new_backend
         _initialized = False
         _contexts.clear()
-        _hot_path = None
+        _direct_calls = None
     return previous
 
 
@@ -390,46 +390,104 @@ def launch(function, config, kernel_params: int) -> None:
     check("cuLaunchKernelEx", backend().cuLaunchKernelEx(config, function, kernel_params, 0))
 
 
-# the steady-state hot path ----------------------------------------------------------
-
-# Default values of the launch attributes: a launch whose attributes all equal these is
-# identical through cuLaunchKernel, which needs no CUlaunchConfig marshalling.
-DEFAULT_LAUNCH_ATTRIBUTES = {2: (0,), 4: (1, 1, 1), 5: (0,), 6: (0,), 8: (0,)}
+# the per-run calls ------------------------------------------------------------------
 
 
-class HotPath:
-    """Direct calls of the five driver functions on a plan's steady-state path.
+class LaunchSpec:
+    """One prepared launch: the function, its ``CUlaunchConfig`` (grid, block, shared
+    memory and launch attributes, built by the bindings) and the stream the config
+    holds, which is rewritten only when a launch uses another stream."""
 
-    The bindings marshal arguments through Python objects (about 5 us per
-    ``cuLaunchKernelEx``); these entry points, resolved once through
-    ``cuGetProcAddress`` from the same driver, take plain integers. Every call is still
-    checked and raises :class:`CudaError` naming the operation and the CUresult.
+    __slots__ = ("function", "config", "config_address", "stream")
+
+    def __init__(self, function, config):
+        self.function = function
+        self.config = config
+        self.config_address = int(config.getPtr()) if hasattr(config, "getPtr") else 0
+        self.stream = 0
+
+    def use_stream(self, stream: int) -> None:
+        if stream != self.stream:
+            self.config.hStream = stream
+            self.stream = stream
+
+
+class BindingsCalls:
+    """The driver calls a plan makes per run, through the bindings (any backend).
+
+    :class:`DirectCalls` has the same methods; a plan holds one or the other and keeps
+    handles in the form it wants (:meth:`handle`). This one serves test fakes and
+    backends without ``cuGetProcAddress``.
     """
 
+    @staticmethod
+    def handle(obj):
+        return obj
+
+    @staticmethod
+    def launch_spec(function, grid, block, shared_bytes: int, attributes) -> LaunchSpec:
+        return LaunchSpec(function, launch_config(grid, block, shared_bytes, attributes))
+
+    @staticmethod
+    def set_context(context) -> None:
+        call("cuCtxSetCurrent", context)
+
+    memcpy_htod_async = staticmethod(memcpy_htod_async)
+    event_record = staticmethod(event_record)
+    event_query = staticmethod(event_query)
+    stream_is_capturing = staticmethod(stream_is_capturing)
+
+    @staticmethod
+    def launch(spec: LaunchSpec, stream: int, kernel_params: int) -> None:
+        spec.use_stream(stream)
+        launch(spec.function, spec.config, kernel_params)
+
+
+class DirectCalls:
+    """The same calls through the driver's own entry points.
+
+    The bindings marshal arguments through Python objects (about 5 us per
+    ``cuLaunchKernelEx``); these entry points, resolved once through ``cuGetProcAddress``
+    from the same driver, take plain integers, and the launch passes the address of the
+    ``CUlaunchConfig`` the bindings built. Every call is still checked and raises
+    :class:`CudaError` naming the operation and the CUresult.
+    """
+
+    # name: (driver version the entry point is asked for, number of arguments). Every
+    # argument is a pointer-sized integer (handles, CUdeviceptr, size_t: one 64-bit
+    # register each on the LP64 platforms CUDA supports); c_void_p converts them
+    # fastest (about 0.1 us per argument less than c_uint64).
     _SIGNATURES = {
-        # name: (driver version the entry point is asked for, argument types)
-        "cuCtxSetCurrent": (4000, ("p",)),
-        "cuMemcpyHtoDAsync": (3020, ("Q", "p", "Q", "p")),
-        "cuLaunchKernel": (4000, ("p", "I", "I", "I", "I", "I", "I", "I", "p", "p", "p")),
-        "cuEventRecord": (2000, ("p", "p")),
-        "cuEventQuery": (2000, ("p",)),
-        "cuStreamIsCapturing": (10000, ("p", "p")),
+        "cuCtxSetCurrent": (4000, 1),
+        "cuMemcpyHtoDAsync": (3020, 4),
+        "cuLaunchKernelEx": (11060, 4),
+        "cuEventRecord": (2000, 2),
+        "cuEventQuery": (2000, 1),
+        "cuStreamIsCapturing": (10000, 2),
     }
 
     def __init__(self):
-        codes = {"p": ctypes.c_void_p, "Q": ctypes.c_uint64, "I": ctypes.c_uint}
-        b = backend()
-        for name, (version, args) in self._SIGNATURES.items():
+        for name, (version, count) in self._SIGNATURES.items():
             address = call("cuGetProcAddress", name.encode(), version, 0)
             if isinstance(address, tuple):  # (pfn, symbol status) in newer bindings
                 address = address[0]
-            prototype = ctypes.CFUNCTYPE(ctypes.c_int, *(codes[a] for a in args))
+            prototype = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] * count)
             setattr(self, "_" + name, prototype(int(address)))
-        self._result = b.CUresult
         self._capture_status = ctypes.c_int(0)
+        self._capture_status_address = ctypes.addressof(self._capture_status)
 
-    def _fail(self, operation: str, status: int):
-        result = self._result(status)
+    handle = staticmethod(int)
+
+    @staticmethod
+    def launch_spec(function, grid, block, shared_bytes: int, attributes) -> LaunchSpec:
+        return LaunchSpec(int(function), launch_config(grid, block, shared_bytes, attributes))
+
+    @staticmethod
+    def _fail(operation: str, status: int):
+        try:
+            result = backend().CUresult(status)
+        except ValueError:  # a code these bindings do not know
+            raise CudaError(operation, f"CUresult {status}", "") from None
         raise CudaError(operation, _result_name(result), _result_string(result))
 
     def set_context(self, context: int) -> None:
@@ -442,21 +500,16 @@ class HotPath:
         if status:
             self._fail("cuMemcpyHtoDAsync", status)
 
-    def launch(self, function: int, grid, block, shared_bytes: int, stream: int, params: int):
-        status = self._cuLaunchKernel(function, *grid, *block, shared_bytes, stream, params, None)
+    def launch(self, spec: LaunchSpec, stream: int, kernel_params: int) -> None:
+        spec.use_stream(stream)
+        status = self._cuLaunchKernelEx(spec.config_address, spec.function, kernel_params, None)
         if status:
-            self._fail("cuLaunchKernel", status)
+            self._fail("cuLaunchKernelEx", status)
 
     def event_record(self, event: int, stream: int) -> None:
         status = self._cuEventRecord(event, stream)
         if status:
             self._fail("cuEventRecord", status)
-
-    def stream_is_capturing(self, stream: int) -> bool:
-        status = self._cuStreamIsCapturing(stream, ctypes.byref(self._capture_status))
-        if status:
-            self._fail("cuStreamIsCapturing", status)
-        return self._capture_status.value != 0  # CU_STREAM_CAPTURE_STATUS_NONE
 
     def event_query(self, event: int) -> bool:
         status = self._cuEventQuery(event)
@@ -466,20 +519,27 @@ class HotPath:
             self._fail("cuEventQuery", status)
         return True
 
+    def stream_is_capturing(self, stream: int) -> bool:
+        status = self._cuStreamIsCapturing(stream, self._capture_status_address)
+        if status:
+            self._fail("cuStreamIsCapturing", status)
+        return self._capture_status.value != 0  # CU_STREAM_CAPTURE_STATUS_NONE
 
-_hot_path: HotPath | None = None
+
+_direct_calls: DirectCalls | None = None
 
 
-def hot_path() -> HotPath | None:
-    """The direct-call hot path, or None where the backend cannot provide one (a fake)."""
-    global _hot_path
+def run_calls() -> DirectCalls | BindingsCalls:
+    """The per-run calls: direct entry points where the backend resolves them (the
+    real driver), else the bindings (test fakes)."""
+    global _direct_calls
     if not hasattr(backend(), "cuGetProcAddress"):
-        return None
-    if _hot_path is None:
+        return BindingsCalls()
+    if _direct_calls is None:
         with _lock:
-            if _hot_path is None:
-                _hot_path = HotPath()
-    return _hot_path
+            if _direct_calls is None:
+                _direct_calls = DirectCalls()
+    return _direct_calls
 
 
 def handle(obj) -> int:

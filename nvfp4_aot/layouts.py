@@ -20,17 +20,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SF_VEC_SIZE = 16
-"""Number of consecutive K elements that share one E4M3 scale."""
-
-BLOCK_ROWS = 128
-"""Rows (M or N) covered by one blocked-scale atom."""
-
-BLOCK_COLS = 4
-"""Scale columns (K / 16) covered by one blocked-scale atom."""
-
-ATOM_BYTES = BLOCK_ROWS * BLOCK_COLS
-"""Bytes in one blocked-scale atom (stored as 32 x 16 bytes)."""
+from .blocked import (  # noqa: F401  (part of this module's interface)
+    ATOM_BYTES,
+    BLOCK_COLS,
+    BLOCK_ROWS,
+    SF_VEC_SIZE,
+    blocked_scale_bytes,
+)
+from .blocked import ceil_to as _ceil_to
 
 # E2M1 magnitudes for codes 0..7; bit 3 of a code is the sign.
 _FP4_MAGNITUDES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
@@ -63,9 +60,6 @@ def _as_uint8(array, name: str) -> np.ndarray:
         raise TypeError(f"{name} must have dtype uint8, got {array.dtype}")
     return array
 
-
-def _ceil_to(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
 
 
 # FP4 E2M1 ---------------------------------------------------------------------------
@@ -210,20 +204,6 @@ def float_to_e4m3(values) -> np.ndarray:
 
 
 # blocked scales ---------------------------------------------------------------------
-
-
-def blocked_scale_bytes(rows: int, k: int) -> int:
-    """Size in bytes of the blocked scale buffer for ``rows`` rows of ``k`` elements.
-
-    This is the padded size, ``ceil(rows / 128) * 128 * ceil((k / 16) / 4) * 4``: the
-    kernel loads whole 512-byte atoms, so a device buffer must be at least this large
-    even when ``rows`` or ``k / 16`` is not a multiple of the atom.
-    """
-    if rows < 1:
-        raise ValueError(f"rows must be >= 1, got {rows}")
-    if k < SF_VEC_SIZE or k % SF_VEC_SIZE:
-        raise ValueError(f"k must be a positive multiple of {SF_VEC_SIZE}, got {k}")
-    return _ceil_to(rows, BLOCK_ROWS) * _ceil_to(k // SF_VEC_SIZE, BLOCK_COLS)
 
 
 def blocked_offset(row, col, cols: int):

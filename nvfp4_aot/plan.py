@@ -14,6 +14,12 @@ groups) and records the slot's event. Nothing is allocated and nothing waits on 
 steady-state path; when the pointers equal those of the previous run, the copy is
 skipped too.
 
+Host cost. A pointer set that passed validation is remembered with its packed slot table,
+so a run with known int pointers is a dict lookup, one slice copy into pinned memory and
+five driver calls through their C entry points (:class:`driver.DirectCalls`); the path
+imports no numpy. Measured on an H200: 9.8 us per run, of which the driver calls
+themselves (made from C) take 4.4 us (``bench/host_path.py``).
+
 Concurrency. The kernel writes its tensormap workspace, so two launches of one plan must
 never overlap on the GPU. A plan therefore orders its own launches: when a run uses a
 different stream than the previous one, the new stream first waits for the previous
@@ -30,15 +36,13 @@ in flight (``ring_slots`` runs queued on the GPU).
 
 from __future__ import annotations
 
-import array
 import ctypes
+import struct
 import threading
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from math import prod
-
-import numpy as np
 
 from . import driver, loader, validation
 from .errors import InvalidProblemError, Nvfp4Error
@@ -77,7 +81,6 @@ _TORCH_DTYPES = (
 _ADDRESS_MASK = validation.POINTER_ALIGN - 1
 _ADDRESS_END = 1 << 63  # int64 pointer tables
 _VALIDATED_SETS = 64  # pointer sets remembered as valid per plan
-_PACK_FROM_GROUPS = 32  # from this many groups, pointers travel as array.array("q")
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -224,30 +227,43 @@ class GroupedGemmPlan:
         slots = self.ring_slots + 1  # the ring and the graph slot
         res.host_ptr = driver.host_alloc(slots * self._slot_bytes)
         ctypes.memset(res.host_ptr, 0, slots * self._slot_bytes)
-        words = self._slot_bytes // 8
-        staging = np.ctypeslib.as_array(
-            (ctypes.c_int64 * (slots * words)).from_address(res.host_ptr)
-        )
-        self._staging = staging.reshape(slots, words)
         self._staging_addresses = tuple(
             res.host_ptr + slot * self._slot_bytes for slot in range(slots)
         )
-
-        static = np.zeros(self._workspace_offset, dtype=np.uint8)
+        # a writable view of each slot's pinned staging: a whole table is one slice copy
+        self._staging = tuple(
+            memoryview((ctypes.c_char * self._slot_bytes).from_address(address)).cast("B")
+            for address in self._staging_addresses
+        )
+        # flat pointer index (field * G + group) -> int64 word of a ring slot; the words
+        # of padding groups stay zero
+        count = len(self.problem_sizes)
+        scatter = [0] * (5 * count)
         for launch in self.launches:
-            sizes = np.zeros((launch.num_groups, 4), dtype=np.int32)
-            sizes[: launch.stop - launch.start] = self.problem_sizes[launch.start : launch.stop]
-            static[launch.sizes_offset : launch.sizes_offset + sizes.nbytes] = sizes.view(
-                np.uint8
-            ).ravel()
-            prefix = np.asarray(launch.cta_prefix, dtype=np.int32)
-            static[launch.prefix_offset : launch.prefix_offset + prefix.nbytes] = prefix.view(
-                np.uint8
+            for local, g in enumerate(range(launch.start, launch.stop)):
+                for f in range(3):
+                    scatter[f * count + g] = launch.abc_offset // 8 + 3 * local + f
+                for f in range(2):
+                    scatter[(3 + f) * count + g] = launch.scales_offset // 8 + 2 * local + f
+        self._scatter = tuple(scatter)
+        self._table_format = struct.Struct(f"<{self._slot_bytes // 8}Q")
+
+        static = bytearray(self._workspace_offset)
+        for launch in self.launches:
+            padded = list(self.problem_sizes[launch.start : launch.stop])
+            padded += [(0, 0, 0, 0)] * (launch.num_groups - len(padded))
+            struct.pack_into(
+                f"<{4 * launch.num_groups}i", static, launch.sizes_offset,
+                *(v for row in padded for v in row),
+            )  # fmt: skip
+            struct.pack_into(
+                f"<{len(launch.cta_prefix)}i", static, launch.prefix_offset, *launch.cta_prefix
             )
-        driver.memcpy_htod(res.device_ptr, static.ctypes.data, static.nbytes)
+        buffer = (ctypes.c_char * len(static)).from_buffer(static)
+        driver.memcpy_htod(res.device_ptr, ctypes.addressof(buffer), len(static))
         for slot in range(slots):  # padding rows of the tables stay zero
             driver.memcpy_htod(
-                self._slot_address(slot), self._staging[slot].ctypes.data, self._slot_bytes
+                self._slot_address(slot), self._staging_addresses[slot], self._slot_bytes
             )
 
         # parameters: one packed buffer per (slot, sub-launch), addresses fixed for life
@@ -269,51 +285,35 @@ class GroupedGemmPlan:
                 res.keep.extend((raw, pointers))
                 per_launch.append(ctypes.addressof(pointers))
             self._params.append(tuple(per_launch))
-        self._configs = tuple(
-            driver.launch_config(
-                launch.grid,
-                kernel.variant.block,
-                kernel.variant.dynamic_smem_bytes,
-                [(a.id, a.values) for a in kernel.variant.launch_attributes],
-            )
-            for launch, kernel in zip(self.launches, self._kernels)
-        )
-        self._functions = tuple(k.function for k in self._kernels)
         res.events = [driver.event_create() for _ in range(self.ring_slots)]
-        # Direct driver entry points when every launch attribute is a default (so that
-        # cuLaunchKernel launches exactly what cuLaunchKernelEx with them would).
-        hot = driver.hot_path()
-        if hot is not None and all(
-            driver.DEFAULT_LAUNCH_ATTRIBUTES.get(a.id) == a.values
-            for k in self._kernels
-            for a in k.variant.launch_attributes
-        ):
-            self._hot = hot
-            self._hot_context = driver.handle(driver.current_context(self.device))
-            self._hot_launches = tuple(
-                (
-                    driver.handle(k.function),
-                    launch.grid,
-                    k.variant.block,
-                    k.variant.dynamic_smem_bytes,
-                )
-                for launch, k in zip(self.launches, self._kernels)
-            )
-            self._hot_events = tuple(driver.handle(e) for e in res.events)
-        else:
-            self._hot = None
         res.sync_event = driver.event_create()
         res.device = self.device
         self._events = res.events
+
+        # the per-run driver calls (direct entry points on a real driver)
+        calls = self._calls = driver.run_calls()
+        self._launch_specs = tuple(
+            calls.launch_spec(
+                k.function,
+                launch.grid,
+                k.variant.block,
+                k.variant.dynamic_smem_bytes,
+                [(a.id, a.values) for a in k.variant.launch_attributes],
+            )
+            for launch, k in zip(self.launches, self._kernels)
+        )
+        self._context = calls.handle(driver.current_context(self.device))
+        self._event_handles = tuple(calls.handle(e) for e in res.events)
+
         self._slot_seq = [0] * self.ring_slots
         self._seq = 0
         self._done_seq = 0
         self._next = 0
         self._last_slot = None
         self._last_stream = None
-        self._last_pointers = None
-        self._config_stream = 0
-        self._validated: OrderedDict = OrderedDict()  # pointer sets that passed, newest last
+        self._last_table = None
+        # pointer sets that passed validation (flat tuple -> packed slot table), newest last
+        self._validated: OrderedDict = OrderedDict()
         # per field: expected (rows, cols) shape for A, B, C; minimum bytes for SFA, SFB
         bytes_of = [validation.operand_bytes(m, n, k) for m, n, k, _l in self.problem_sizes]
         self._expected = (
@@ -324,19 +324,7 @@ class GroupedGemmPlan:
             [b["sfb"] for b in bytes_of],
         )
         # bytes the kernel touches per operand, field-major like the flat pointer list
-        self._operand_sizes = np.asarray(
-            [b[f] for f in _FIELDS for b in bytes_of], dtype=np.int64
-        )
-        # flat pointer index (field * G + group) -> int64 word in a ring slot
-        count = len(self.problem_sizes)
-        scatter = [0] * (5 * count)
-        for launch in self.launches:
-            for local, g in enumerate(range(launch.start, launch.stop)):
-                for f in range(3):
-                    scatter[f * count + g] = launch.abc_offset // 8 + 3 * local + f
-                for f in range(2):
-                    scatter[(3 + f) * count + g] = launch.scales_offset // 8 + 2 * local + f
-        self._scatter = np.asarray(scatter, dtype=np.intp)
+        self._operand_sizes = tuple(b[f] for f in _FIELDS for b in bytes_of)
 
     def _slot_address(self, slot: int) -> int:
         return self._resources.device_ptr + self._ring_offset + slot * self._slot_bytes
@@ -386,9 +374,19 @@ class GroupedGemmPlan:
         InvalidProblemError
             Naming the group, the operand, expected and actual value.
         """
-        handle = stream_handle(stream)
-        pointers, producer_streams = self.pointers(a, b, c, sfa, sfb, handle)
-        self.launch_pointers(pointers, handle, producer_streams)
+        handle = stream if type(stream) is int and stream >= 0 else stream_handle(stream)
+        # Steady state: int pointers that passed validation before (remembered with their
+        # packed table) go straight to the launch.
+        try:
+            table = self._validated.get((*a, *b, *c, *sfa, *sfb))
+        except TypeError:  # not iterable, or unhashable operands: described below
+            table = None
+        count = len(self.problem_sizes)
+        if table is None or not (len(a) == len(b) == len(c) == len(sfa) == count):
+            table, producers = self._table(a, b, c, sfa, sfb, handle)
+            self._launch(table, handle, producers)
+        else:
+            self._launch(table, handle, ())
 
     def pointers(self, a, b, c, sfa, sfb, stream: int = 0) -> tuple[list[int], set[int]]:
         """Validate operands; returns the flat (A, B, C, SFA, SFB) x group pointer list
@@ -398,6 +396,15 @@ class GroupedGemmPlan:
         expected shape take a fast path; anything else is described in full
         (:mod:`nvfp4_aot.operands`), which either accepts it or says what is wrong.
         """
+        flat, producers = self._flat_pointers(a, b, c, sfa, sfb, stream)
+        self._packed(flat)
+        return flat, producers
+
+    def _table(self, a, b, c, sfa, sfb, stream: int) -> tuple[bytes, set[int]]:
+        flat, producers = self._flat_pointers(a, b, c, sfa, sfb, stream)
+        return self._packed(flat), producers
+
+    def _flat_pointers(self, a, b, c, sfa, sfb, stream: int) -> tuple[list[int], set[int]]:
         count = len(self.problem_sizes)
         columns = (a, b, c, sfa, sfb)
         for f, column in enumerate(columns):
@@ -421,21 +428,34 @@ class GroupedGemmPlan:
                 for f, column in enumerate(columns)
                 for g, x in enumerate(column)
             ]
-        # all ints now; a set checked before (buffers are usually reused) is not rechecked
-        key = tuple(flat)
-        if key in self._validated:
-            self._validated.move_to_end(key)
-        else:
-            if _misaligned(flat):
-                i = next(i for i, x in enumerate(flat) if x & _ADDRESS_MASK or not 0 < x < _ADDRESS_END)
-                validation.check_pointer(i % count, _FIELDS[i // count], flat[i])
-            validation.check_outputs_disjoint(flat, self._operand_sizes, count)
-            self._validated[key] = None
-            if len(self._validated) > _VALIDATED_SETS:
-                self._validated.popitem(last=False)
-        if count >= _PACK_FROM_GROUPS:  # one C-level conversion beats Python loops later
-            flat = array.array("q", flat)
         return flat, producers
+
+    def _packed(self, flat) -> bytes:
+        """The slot table for validated pointers ``flat``; a set checked before (buffers
+        are usually reused) is not rechecked."""
+        key = tuple(flat)
+        table = self._validated.get(key)
+        if table is not None:
+            self._validated.move_to_end(key)
+            return table
+        count = len(self.problem_sizes)
+        if len(key) != 5 * count or not all(type(x) is int for x in key):
+            raise InvalidProblemError(
+                f"expected {5 * count} int pointers (a, b, c, sfa, sfb of {count} groups), "
+                f"got {len(key)} values"
+            )
+        if _misaligned(key):
+            i = next(i for i, x in enumerate(key) if x & _ADDRESS_MASK or not 0 < x < _ADDRESS_END)
+            validation.check_pointer(i % count, _FIELDS[i // count], key[i])
+        validation.check_outputs_disjoint(key, self._operand_sizes, count)
+        words = [0] * (self._slot_bytes // 8)
+        for i, word in enumerate(self._scatter):
+            words[word] = key[i]
+        table = self._table_format.pack(*words)
+        self._validated[key] = table
+        if len(self._validated) > _VALIDATED_SETS:
+            self._validated.popitem(last=False)
+        return table
 
     def _pointer_of(self, f: int, g: int, obj, stream: int, launch_stream: int, producers) -> int:
         if getattr(obj, "is_cuda", False) and hasattr(obj, "data_ptr"):
@@ -496,90 +516,67 @@ class GroupedGemmPlan:
         if problem:
             raise InvalidProblemError(f"group {g}: {field} {problem}")
 
-    def launch_pointers(self, pointers: list[int], stream: int = 0, producer_streams=()) -> None:
-        """Launch with already validated pointers (the layout :meth:`pointers` returns)."""
+    def launch_pointers(self, pointers, stream: int = 0, producer_streams=()) -> None:
+        """Launch with a flat pointer list as :meth:`pointers` returns it (validated here
+        too, unless the same set was validated before)."""
+        self._launch(self._packed(pointers), stream, producer_streams)
+
+    def _launch(self, table: bytes, stream: int, producer_streams) -> None:
+        """Stage ``table`` in a free ring slot (unless it is the previous run's), copy it
+        to the device, launch, and record the slot's event; all on ``stream``."""
+        calls = self._calls
         with self._lock:
             if self._closed:
                 raise Nvfp4Error("the plan is closed")
-            if self._capturing(stream):
-                self._launch_captured(pointers, stream)
+            if calls.stream_is_capturing(stream):
+                self._launch_captured(table, stream)
                 return
-            if self._hot is not None and not producer_streams and stream == self._last_stream:
-                self._launch_hot(pointers, stream)
-                return
-            driver.activate(self.device)
-            res = self._resources
-            for producer in producer_streams:  # __cuda_array_interface__ v3 ordering
-                driver.event_record(res.sync_event, producer)
-                driver.stream_wait_event(stream, res.sync_event)
-            if self._last_stream is not None and stream != self._last_stream:
-                driver.stream_wait_event(stream, self._events[self._last_slot])
-            if pointers == self._last_pointers:
+            calls.set_context(self._context)
+            if producer_streams or stream != self._last_stream:
+                self._order_after(producer_streams, stream)
+            if table == self._last_table:
                 slot = self._last_slot
             else:
                 slot = self._free_slot()
-                row = self._staging[slot]
-                row[self._scatter] = pointers
-                driver.memcpy_htod_async(
-                    self._slot_address(slot),
-                    self._staging_addresses[slot],
-                    self._slot_bytes,
-                    stream,
-                )
-            params = self._params[slot]
-            if stream != self._config_stream:
-                for config in self._configs:
-                    config.hStream = stream
-                self._config_stream = stream
-            for function, config, param in zip(self._functions, self._configs, params):
-                driver.launch(function, config, param)
-            driver.event_record(self._events[slot], stream)
+                self._stage(slot, table, stream)
+            for spec, params in zip(self._launch_specs, self._params[slot]):
+                calls.launch(spec, stream, params)
+            calls.event_record(self._event_handles[slot], stream)
             self._seq += 1
             self._slot_seq[slot] = self._seq
             self._last_slot = slot
             self._last_stream = stream
-            self._last_pointers = pointers
+            self._last_table = table
 
-    def _launch_hot(self, pointers, stream: int) -> None:
-        """:meth:`launch_pointers` for the steady state (same stream, no producer streams),
-        through :class:`driver.HotPath`: the same calls, without the bindings' marshalling."""
-        hot = self._hot
-        hot.set_context(self._hot_context)
-        if pointers == self._last_pointers:
-            slot = self._last_slot
-        else:
-            slot = self._free_slot()
-            self._staging[slot][self._scatter] = pointers
-            hot.memcpy_htod_async(
-                self._slot_address(slot), self._staging_addresses[slot], self._slot_bytes, stream
-            )
-        for (function, grid, block, shared), params in zip(self._hot_launches, self._params[slot]):
-            hot.launch(function, grid, block, shared, stream, params)
-        hot.event_record(self._hot_events[slot], stream)
-        self._seq += 1
-        self._slot_seq[slot] = self._seq
-        self._last_slot = slot
-        self._last_pointers = pointers
+    def _stage(self, slot: int, table: bytes, stream: int) -> None:
+        """Write ``table`` into the slot's pinned staging and copy it to the device on
+        ``stream``. (Letting the kernels read mapped pinned memory instead saves the
+        copy but costs 4-9 us of GPU time per run on an H200: docs/H200_RESULTS.md.)"""
+        self._staging[slot][:] = table
+        self._calls.memcpy_htod_async(
+            self._slot_address(slot), self._staging_addresses[slot], self._slot_bytes, stream
+        )
 
-    def _capturing(self, stream: int) -> bool:
-        if self._hot is not None:
-            return self._hot.stream_is_capturing(stream)
-        return driver.stream_is_capturing(stream)
+    def _order_after(self, producer_streams, stream: int) -> None:
+        """Make ``stream`` wait for the producers' queued work (``__cuda_array_interface__``
+        v3) and for this plan's previous run when that ran on another stream."""
+        res = self._resources
+        for producer in producer_streams:
+            driver.event_record(res.sync_event, producer)
+            driver.stream_wait_event(stream, res.sync_event)
+        if self._last_stream is not None and stream != self._last_stream:
+            driver.stream_wait_event(stream, self._events[self._last_slot])
 
-    def _launch_captured(self, pointers, stream: int) -> None:
+    def _launch_captured(self, table: bytes, stream: int) -> None:
         """A run recorded into a CUDA graph: the graph slot and the graph workspace, no
         ring events. The captured copy reads the graph slot's pinned staging at each
         replay, which :meth:`set_graph_pointers` rewrites between replays."""
-        driver.activate(self.device)  # as the eager paths: the plan's device current
+        calls = self._calls
+        calls.set_context(self._context)  # as eager runs: the plan's device current
         slot = self.graph_slot
-        self._staging[slot][self._scatter] = pointers
-        driver.memcpy_htod_async(
-            self._slot_address(slot), self._staging_addresses[slot], self._slot_bytes, stream
-        )
-        for function, config, params in zip(self._functions, self._configs, self._params[slot]):
-            config.hStream = stream
-            driver.launch(function, config, params)
-        self._config_stream = stream
+        self._stage(slot, table, stream)
+        for spec, params in zip(self._launch_specs, self._params[slot]):
+            calls.launch(spec, stream, params)
 
     def set_graph_pointers(self, a, b, c, sfa, sfb) -> None:
         """Point the next replay of a CUDA graph that captured :meth:`run` at new operands.
@@ -589,16 +586,11 @@ class GroupedGemmPlan:
         is pending (e.g. after synchronising the stream it was launched on): a replay in
         flight may otherwise read half-written tables.
         """
-        pointers, _producers = self.pointers(a, b, c, sfa, sfb)
+        table, _producers = self._table(a, b, c, sfa, sfb, 0)
         with self._lock:
             if self._closed:
                 raise Nvfp4Error("the plan is closed")
-            self._staging[self.graph_slot][self._scatter] = pointers
-
-    def _query(self, slot: int) -> bool:
-        if self._hot is not None:
-            return self._hot.event_query(self._hot_events[slot])
-        return driver.event_query(self._events[slot])
+            self._staging[self.graph_slot][:] = table
 
     def _free_slot(self) -> int:
         """The next ring slot whose staging no queued copy still reads."""
@@ -607,9 +599,10 @@ class GroupedGemmPlan:
         seq = self._slot_seq[slot]
         if seq <= self._done_seq:
             return slot
-        if self._query(self._last_slot):
+        query = self._calls.event_query
+        if query(self._event_handles[self._last_slot]):
             self._done_seq = self._seq  # launches of a plan complete in order
-        elif self._query(slot):
+        elif query(self._event_handles[slot]):
             self._done_seq = max(self._done_seq, seq)
         else:
             driver.event_synchronize(self._events[slot])

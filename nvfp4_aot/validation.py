@@ -41,10 +41,8 @@ from __future__ import annotations
 
 import operator
 
-import numpy as np
-
+from .blocked import blocked_scale_bytes
 from .errors import InvalidProblemError
-from .layouts import blocked_scale_bytes
 
 INT32_MAX = (1 << 31) - 1
 POINTER_ALIGN = 32
@@ -159,25 +157,31 @@ def operand_bytes(m: int, n: int, k: int) -> dict[str, int]:
 _OPERANDS = ("a", "b", "c", "sfa", "sfb")
 
 
-def check_outputs_disjoint(pointers, sizes: np.ndarray, count: int) -> None:
+def check_outputs_disjoint(pointers, sizes, count: int) -> None:
     """No group's C overlaps another group's C or any operand of any group.
 
-    ``pointers`` and ``sizes`` (int64 bytes) are field-major: A of every group, then B,
-    C, SFA, SFB. Inputs may overlap each other (groups sharing weights are fine); an
-    output may not, since CTAs write C while others still read.
+    ``pointers`` and ``sizes`` (bytes) are field-major: A of every group, then B, C, SFA,
+    SFB. Inputs may overlap each other (groups sharing weights are fine); an output may
+    not, since CTAs write C while others still read. One sweep in address order.
     """
-    starts = np.asarray(pointers, dtype=np.int64)
-    order = np.argsort(starts, kind="stable")
-    start, end = starts[order], starts[order] + sizes[order]
-    is_c = order // count == 2
-    reach = np.maximum.accumulate(end)  # furthest end of intervals 0..i in address order
-    c_reach = np.maximum.accumulate(np.where(is_c, end, np.iinfo(np.int64).min))
-    hits = np.flatnonzero(start[1:] < np.where(is_c[1:], reach[:-1], c_reach[:-1]))
-    if not hits.size:
+    order = sorted(range(len(pointers)), key=pointers.__getitem__)
+    reach = c_reach = 0  # furthest end so far of any interval / of any C
+    for position, index in enumerate(order):  # noqa: B007 (used after the break)
+        start, is_c = pointers[index], index // count == 2
+        if start < (reach if is_c else c_reach):
+            break
+        end = start + sizes[index]
+        reach = max(reach, end)
+        if is_c:
+            c_reach = max(c_reach, end)
+    else:
         return
-    i = int(hits[0]) + 1
-    j = next(j for j in range(i) if end[j] > start[i] and (is_c[i] or is_c[j]))
-    (gi, fi), (gj, fj) = (divmod(int(order[i]), count)[::-1], divmod(int(order[j]), count)[::-1])
+    j = next(
+        j
+        for j in order[:position]
+        if pointers[j] + sizes[j] > start and (is_c or j // count == 2)
+    )
+    (gi, fi), (gj, fj) = divmod(index, count)[::-1], divmod(j, count)[::-1]
     if fi == 2 and fj == 2:
         (g, fg), (h, fh) = sorted(((gi, fi), (gj, fj)))[::-1]
         advice = "every group needs its own output"
@@ -185,6 +189,6 @@ def check_outputs_disjoint(pointers, sizes: np.ndarray, count: int) -> None:
         (g, fg), (h, fh) = ((gi, fi), (gj, fj)) if fi == 2 else ((gj, fj), (gi, fi))
         advice = "the output must not alias an input"
     raise InvalidProblemError(
-        f"group {g}: c overlaps group {h}'s {_OPERANDS[fh]} (0x{int(start[j]):x} + "
-        f"{int(end[j] - start[j])} bytes reaches past 0x{int(start[i]):x}); {advice}"
+        f"group {g}: c overlaps group {h}'s {_OPERANDS[fh]} (0x{pointers[j]:x} + "
+        f"{sizes[j]} bytes reaches past 0x{start:x}); {advice}"
     )

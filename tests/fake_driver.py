@@ -10,6 +10,7 @@ back what the runtime uploaded; every call is recorded in ``calls``.
 from __future__ import annotations
 
 import ctypes
+import struct
 from dataclasses import dataclass, field
 
 from cuda.bindings import driver as real
@@ -35,6 +36,10 @@ class FakeKernel:
     library: int
     symbol: str
     params: list[tuple[int, int]]
+    ident: int = 0
+
+    def __int__(self) -> int:  # the handle DirectFakeDriver's entry points receive
+        return self.ident
 
 
 @dataclass
@@ -42,6 +47,9 @@ class FakeEvent:
     ident: int
     recorded_on: list[int] = field(default_factory=list)
     ready: bool = True
+
+    def __int__(self) -> int:
+        return self.ident
 
 
 class FakeDriver:
@@ -68,6 +76,7 @@ class FakeDriver:
         self.copies: list[tuple[int, bytes, int]] = []  # async copies: (dst, data, stream)
         self.events: list[FakeEvent] = []
         self.function_attributes: list[tuple[object, int, int]] = []
+        self._kernels: list[FakeKernel] = []
         self.events_ready = True
         self._next = 0x7F00_0000_0000
         self._handles = 0
@@ -219,7 +228,9 @@ class FakeDriver:
         self._record("cuLibraryGetKernel", library, symbol)
         if symbol not in self.kernel_params:
             return (real.CUresult.CUDA_ERROR_NOT_FOUND, None)
-        return (SUCCESS, FakeKernel(library, symbol, self.kernel_params[symbol]))
+        kernel = FakeKernel(library, symbol, self.kernel_params[symbol], self._handle())
+        self._kernels.append(kernel)
+        return (SUCCESS, kernel)
 
     def cuKernelGetFunction(self, kernel):
         self._record("cuKernelGetFunction", kernel.symbol)
@@ -254,3 +265,84 @@ class FakeDriver:
             )
         )
         return (SUCCESS,)
+
+
+class DirectFakeDriver(FakeDriver):
+    """A FakeDriver that also hands out C entry points through ``cuGetProcAddress``, so
+    that the runtime's direct calls (``driver.DirectCalls``) run against it.
+
+    The entry points are ctypes callbacks into the same simulation; handles arrive as
+    ints (contexts are ints here, events and kernels convert with ``int()``). A launch
+    reads its ``CUlaunchConfig`` from memory, so its attributes are recorded as
+    ``(id, 64 value bytes)``. ``entry_calls`` lists the entry points called; ``fail``
+    maps an entry-point name to a CUresult it returns instead.
+    """
+
+    _ARGUMENTS = {  # entry point: argument count (all pointer-sized, as the runtime declares)
+        "cuCtxSetCurrent": 1,
+        "cuMemcpyHtoDAsync": 4,
+        "cuLaunchKernelEx": 4,
+        "cuEventRecord": 2,
+        "cuEventQuery": 1,
+        "cuStreamIsCapturing": 2,
+    }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fail: dict[str, int] = {}
+        self.entry_calls: list[str] = []  # entry points called, in order
+        self._entry_points = {}  # keeps the callbacks alive
+
+    def cuDevicePrimaryCtxRetain(self, device):
+        self._record("cuDevicePrimaryCtxRetain", device)
+        return (SUCCESS, 0xC000 + device)
+
+    def cuGetProcAddress(self, symbol, version, flags):
+        name = symbol.decode()
+        if name not in self._entry_points:
+            implementation = getattr(self, "_direct_" + name)
+
+            def entry(*args, name=name, implementation=implementation):
+                self.entry_calls.append(name)
+                return self.fail.get(name) or implementation(*(a or 0 for a in args))
+
+            prototype = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] * self._ARGUMENTS[name])
+            self._entry_points[name] = prototype(entry)
+        address = ctypes.cast(self._entry_points[name], ctypes.c_void_p).value
+        return (SUCCESS, address, 0)
+
+    def _event(self, handle: int) -> FakeEvent:
+        return next(e for e in self.events if e.ident == handle)
+
+    def _direct_cuCtxSetCurrent(self, context):
+        return int(self.cuCtxSetCurrent(context)[0])
+
+    def _direct_cuMemcpyHtoDAsync(self, dst, src, size, stream):
+        return int(self.cuMemcpyHtoDAsync(dst, src, size, stream)[0])
+
+    def _direct_cuEventRecord(self, event, stream):
+        return int(self.cuEventRecord(self._event(event), stream)[0])
+
+    def _direct_cuEventQuery(self, event):
+        return int(self.cuEventQuery(self._event(event))[0])
+
+    def _direct_cuStreamIsCapturing(self, stream, status):
+        ctypes.c_int.from_address(status).value = self.cuStreamIsCapturing(stream)[1]
+        return 0
+
+    def _direct_cuLaunchKernelEx(self, config, function, params, extra):
+        """Reads the CUlaunchConfig struct at ``config`` as the driver would."""
+        kernel = next(k for k in self._kernels if k.ident == function)
+        self._record("cuLaunchKernelEx", kernel.symbol)
+        raw = ctypes.string_at(config, 56)
+        *dims, shared, stream, attrs, count = struct.unpack("<7I4xQQI4x", raw)
+        attributes = []
+        for i in range(count):  # CUlaunchAttribute: id, 4 bytes padding, 64-byte value
+            entry = ctypes.string_at(attrs + 72 * i, 72)
+            attributes.append((struct.unpack_from("<I", entry)[0], entry[8:72]))
+        pointers = (ctypes.c_void_p * len(kernel.params)).from_address(params)
+        values = [ctypes.string_at(p, size) for p, (_off, size) in zip(pointers, kernel.params)]
+        self.launches.append(
+            Launch(kernel, tuple(dims[:3]), tuple(dims[3:6]), shared, stream, attributes, values)
+        )
+        return 0

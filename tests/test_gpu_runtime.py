@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from nvfp4_aot import driver, loader, plan
+from nvfp4_aot.device_data import DeviceOperands
 from nvfp4_aot.errors import ArtifactError, CudaError, UnsupportedDeviceError
 from nvfp4_aot.layouts import random_problem
 from nvfp4_aot.reference import reference_gemm, relative_error
@@ -44,41 +45,6 @@ def device() -> int:
     return 0
 
 
-class Arena:
-    """One device allocation holding many 256-byte aligned buffers, uploaded at once."""
-
-    def __init__(self, sizes: list[int]):
-        self.offsets, total = [], 0
-        for size in sizes:
-            self.offsets.append(total)
-            total += -(-max(size, 1) // 256) * 256
-        self.size = total
-        self.host = np.zeros(total, dtype=np.uint8)
-        self.base = driver.mem_alloc(total)
-
-    def put(self, index: int, data: np.ndarray) -> int:
-        raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
-        start = self.offsets[index]
-        self.host[start : start + raw.size] = raw
-        return self.base + start
-
-    def fill(self, index: int, size: int, byte: int) -> int:
-        start = self.offsets[index]
-        self.host[start : start + size] = byte
-        return self.base + start
-
-    def upload(self) -> None:
-        driver.memcpy_htod(self.base, self.host.ctypes.data, self.size)
-
-    def download(self, pointer: int, shape, dtype) -> np.ndarray:
-        out = np.empty(shape, dtype=dtype)
-        driver.memcpy_dtoh(out.ctypes.data, pointer, out.nbytes)
-        return out
-
-    def free(self) -> None:
-        driver.mem_free(self.base)
-
-
 class CudaArray:
     """A minimal ``__cuda_array_interface__`` producer over a device pointer."""
 
@@ -90,33 +56,17 @@ class CudaArray:
 
 
 def make_operands(sizes, seed: int):
-    """Random problems and device buffers; C poisoned with NaN (0xFFFF)."""
+    """Random problems in device memory (one allocation); C poisoned with NaN (0xFFFF)."""
     rng = np.random.default_rng(seed)
     problems = [random_problem(m, n, k, rng) for m, n, k in sizes]
-    byte_sizes = []
-    for p in problems:
-        byte_sizes += [
-            p.a.nbytes,
-            p.b.nbytes,
-            p.m * p.n * 2,
-            p.sfa_blocked.nbytes,
-            p.sfb_blocked.nbytes,
-        ]
-    arena = Arena(byte_sizes)
-    pointers = [[], [], [], [], []]
+    operands = DeviceOperands(sizes, [(p.a, p.b, p.sfa_blocked, p.sfb_blocked) for p in problems])
+    operands.poison_c()
+    return problems, operands
+
+
+def check_results(problems, operands, label: str) -> None:
     for g, p in enumerate(problems):
-        pointers[0].append(arena.put(5 * g, p.a))
-        pointers[1].append(arena.put(5 * g + 1, p.b))
-        pointers[2].append(arena.fill(5 * g + 2, p.m * p.n * 2, 0xFF))
-        pointers[3].append(arena.put(5 * g + 3, p.sfa_blocked))
-        pointers[4].append(arena.put(5 * g + 4, p.sfb_blocked))
-    arena.upload()
-    return problems, arena, pointers
-
-
-def check_results(problems, arena, c_pointers, label: str) -> None:
-    for g, (p, c) in enumerate(zip(problems, c_pointers)):
-        out = arena.download(c, (p.m, p.n), np.float16)
+        out = operands.c(g)
         assert np.isfinite(out).all(), f"{label} group {g} ({p.m}, {p.n}, {p.k}): non-finite output"
         error = relative_error(out.astype(np.float64), reference_gemm(p))
         assert error <= TOLERANCE, (
@@ -140,17 +90,17 @@ def as_cuda_arrays(problems, pointers) -> list[list[CudaArray]]:
 def run_and_check(
     device: int, sizes, seed: int, *, as_arrays: bool = False, stream: int = 0
 ) -> None:
-    problems, arena, pointers = make_operands(sizes, seed)
+    problems, operands = make_operands(sizes, seed)
     try:
         with plan.GroupedGemmPlan(sizes, device) as gemm:
-            operands = pointers
+            columns = operands.columns
             if as_arrays:
-                operands = as_cuda_arrays(problems, pointers)
-            gemm.run(*operands, stream=stream)
+                columns = as_cuda_arrays(problems, columns)
+            gemm.run(*columns, stream=stream)
             gemm.synchronize()
-        check_results(problems, arena, pointers[2], f"sizes {sizes[:3]}...")
+        check_results(problems, operands, f"sizes {sizes[:3]}...")
     finally:
-        arena.free()
+        operands.free()
 
 
 def _shapes() -> list:
@@ -195,24 +145,52 @@ def test_cuda_array_interface_operands(device):
 
 
 def test_ring_reuse_and_streams(device):
-    """Many queued runs with fresh C buffers on two streams, one final synchronise."""
+    """Many queued runs with fresh operands on two streams, one final synchronise."""
     sizes = [(200, 256, 512), (72, 384, 256)]
     streams = [driver.call("cuStreamCreate", 1), driver.call("cuStreamCreate", 1)]
     runs = []
     try:
         with plan.GroupedGemmPlan(sizes, device, ring_slots=3) as gemm:
             for i in range(12):
-                problems, arena, pointers = make_operands(sizes, 5000 + i % 4)
-                runs.append((problems, arena, pointers))
-                gemm.run(*pointers, stream=int(streams[(i // 3) % 2]))
+                problems, operands = make_operands(sizes, 5000 + i % 4)
+                runs.append((problems, operands))
+                gemm.run(*operands.columns, stream=int(streams[(i // 3) % 2]))
             gemm.synchronize()
-        for i, (problems, arena, pointers) in enumerate(runs):
-            check_results(problems, arena, pointers[2], f"run {i}")
+        for i, (problems, operands) in enumerate(runs):
+            check_results(problems, operands, f"run {i}")
     finally:
-        for _problems, arena, _pointers in runs:
-            arena.free()
+        for _problems, operands in runs:
+            operands.free()
         for stream in streams:
             driver.call("cuStreamDestroy", stream)
+
+
+def test_graph_replays_with_new_operands(device):
+    """A run captured in a CUDA graph; each replay, pointed at a new operand set through
+    set_graph_pointers, writes that set's results."""
+    sizes = [(200, 256, 512), (72, 384, 256)]
+    stream = driver.call("cuStreamCreate", 1)
+    sets = [make_operands(sizes, 8000 + i) for i in range(3)]
+    try:
+        with plan.GroupedGemmPlan(sizes, device) as gemm:
+            mode = driver.backend().CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+            driver.call("cuStreamBeginCapture", stream, mode)
+            try:
+                gemm.run(*sets[0][1].columns, stream=int(stream))
+            finally:
+                graph = driver.call("cuStreamEndCapture", stream)
+            executable = driver.call("cuGraphInstantiate", graph, 0)
+            for problems, operands in sets:
+                gemm.set_graph_pointers(*operands.columns)
+                driver.call("cuGraphLaunch", executable, stream)
+                driver.stream_synchronize(stream)
+                check_results(problems, operands, "graph replay")
+            driver.call("cuGraphExecDestroy", executable)
+            driver.call("cuGraphDestroy", graph)
+    finally:
+        for _problems, operands in sets:
+            operands.free()
+        driver.call("cuStreamDestroy", stream)
 
 
 def test_torch_dlpack_operands(device):
@@ -245,7 +223,8 @@ def test_host_overhead(device, capsys):
     import time
 
     sizes = [(128, 256, 256)] * 8
-    problems, arena, pointers = make_operands(sizes, 7000)
+    problems, operands = make_operands(sizes, 7000)
+    pointers = operands.columns
     stream = driver.call("cuStreamCreate", 1)
     try:
         with plan.GroupedGemmPlan(sizes, device, ring_slots=16) as gemm:
@@ -257,13 +236,13 @@ def test_host_overhead(device, capsys):
                 "__cuda_array_interface__": lambda i: arrays,
             }
             timings = {}
-            for label, operands in cases.items():
+            for label, make in cases.items():
                 for i in range(50):
-                    gemm.run(*operands(i), stream=int(stream))
+                    gemm.run(*make(i), stream=int(stream))
                 gemm.synchronize()
                 count, total, validate = 300, 0.0, 0.0
                 for i in range(count):
-                    ops = operands(i)
+                    ops = make(i)
                     t0 = time.perf_counter()
                     flat, producers = gemm.pointers(*ops, stream=int(stream))
                     t1 = time.perf_counter()
@@ -275,9 +254,9 @@ def test_host_overhead(device, capsys):
                         gemm.synchronize()  # keep the GPU from throttling the host loop
                 timings[label] = (round(validate / count * 1e6, 1), round(total / count * 1e6, 1))
             gemm.synchronize()
-        check_results(problems, arena, pointers[2], "overhead runs")
+        check_results(problems, operands, "overhead runs")
         with capsys.disabled():
             print(f"\nhost microseconds per run, 8 groups (validate, validate + launch): {timings}")
     finally:
         driver.call("cuStreamDestroy", stream)
-        arena.free()
+        operands.free()

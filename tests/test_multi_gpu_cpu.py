@@ -161,7 +161,7 @@ class TwoGpuDriver(FakeDriver):
             super().cuKernelGetFunction(kernel)
             self._log("cuKernelGetFunction", kernel.symbol)
             return (SUCCESS, FakeFunction(kernel.library, kernel.symbol, kernel.params,
-                                          self.current()))  # fmt: skip
+                                          kernel.ident, self.current()))  # fmt: skip
 
     def cuFuncSetAttribute(self, function, attribute, value):
         with self._mutex:

@@ -38,7 +38,7 @@ from nvfp4_aot.manifest import (
 from nvfp4_aot.packing import ParamPacker
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fake_driver import FakeDriver  # noqa: E402
+from fake_driver import DirectFakeDriver, FakeDriver  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -507,7 +507,7 @@ def test_graph_capture_uses_its_own_slot_and_workspace(make_fake, artifacts):
         start = len(fake.calls)
         p.set_graph_pointers(*other)
         assert fake.names()[start:] == []  # host staging only
-        words = p._staging[p.graph_slot]
+        words = p._staging[p.graph_slot].cast("Q")
         assert other[0][1].__cuda_array_interface__["data"][0] in words.tolist()
         with pytest.raises(InvalidProblemError, match="a has 1 operands"):
             p.set_graph_pointers(other[0][:1], *other[1:])
@@ -886,3 +886,119 @@ def test_overlapping_c_among_many_groups(make_fake, artifacts):
         ops[2][30] = ops[2][7] + 64
         with pytest.raises(InvalidProblemError, match=r"group 30: c overlaps group 7's c"):
             p.run(*ops)
+
+
+# ---------------------------------------------------------------------------------------
+# direct driver entry points (driver.DirectCalls) and the numpy-free launch path
+
+
+def run_with(fake_class, manifest, artifacts, sizes, runs, **fake_kwargs):
+    """Install a fake of ``fake_class``, run a plan on ``runs`` operand sets (stream 5)."""
+    fake = fake_class(kernel_params=kernel_params_of(manifest), **fake_kwargs)
+    loader.clear_caches()
+    driver.use_backend(fake)
+    try:
+        with plan.GroupedGemmPlan(sizes, artifacts=artifacts, ring_slots=2) as p:
+            for ops in runs:
+                p.run(*ops, stream=5)
+            calls = type(p._calls).__name__
+    finally:
+        driver.use_backend(None)
+        loader.clear_caches()
+    return fake, calls
+
+
+def test_direct_calls_launch_exactly_what_the_bindings_launch(manifest, artifacts):
+    sizes = [(128, 256, 512), (64, 512, 256), (200, 128, 1024)]
+    runs = [operands_for(sizes, base=0x10_0000_0000 * (i % 3 + 1)) for i in range(5)]
+    bindings, bindings_calls = run_with(FakeDriver, manifest, artifacts, sizes, runs)
+    direct, direct_calls = run_with(DirectFakeDriver, manifest, artifacts, sizes, runs)
+    assert (bindings_calls, direct_calls) == ("BindingsCalls", "DirectCalls")
+    assert direct.entry_calls.count("cuLaunchKernelEx") == 5  # through the entry points
+    assert direct.entry_calls.count("cuMemcpyHtoDAsync") == 5
+    assert len(bindings.launches) == len(direct.launches) == 5
+    for ex, plain in zip(bindings.launches, direct.launches):
+        assert (ex.grid, ex.block, ex.shared_bytes, ex.stream, ex.params) == (
+            plain.grid, plain.block, plain.shared_bytes, plain.stream, plain.params)  # fmt: skip
+    assert bindings.copies == direct.copies  # same slots, same tables, same stream
+    records = [args for name, args in direct.calls if name == "cuEventRecord"]
+    assert records == [args for name, args in bindings.calls if name == "cuEventRecord"]
+    assert len(records) == 5
+
+
+def test_direct_call_failure_names_the_operation(manifest, artifacts):
+    fake = DirectFakeDriver(kernel_params=kernel_params_of(manifest))
+    loader.clear_caches()
+    driver.use_backend(fake)
+    try:
+        sizes = [(128, 256, 512)]
+        with plan.GroupedGemmPlan(sizes, artifacts=artifacts) as p:
+            fake.fail["cuLaunchKernelEx"] = 1  # CUDA_ERROR_INVALID_VALUE
+            with pytest.raises(CudaError, match="cuLaunchKernelEx.*CUDA_ERROR_INVALID_VALUE"):
+                p.run(*operands_for(sizes), stream=5)
+            fake.fail["cuLaunchKernelEx"] = 9999  # a code the bindings do not know
+            with pytest.raises(CudaError, match="cuLaunchKernelEx.*CUresult 9999"):
+                p.run(*operands_for(sizes), stream=5)
+            del fake.fail["cuLaunchKernelEx"]
+            fake.capturing_streams = {9}  # capture is seen through the direct query too
+            p.run(*operands_for(sizes), stream=9)
+            assert fake.copies[-1][0] == p.kernel_inputs(p.graph_slot)[0]["abc_pointers"]
+            assert [n for n in fake.names() if n == "cuEventRecord"] == []
+    finally:
+        driver.use_backend(None)
+        loader.clear_caches()
+
+
+def test_direct_launch_passes_the_bindings_launch_config(manifest, artifacts):
+    """The direct launch hands the driver the CUlaunchConfig the bindings built: grid,
+    block, shared memory, stream and every launch attribute arrive as in the manifest."""
+    sizes = [(128, 256, 512)]
+    direct, _calls = run_with(DirectFakeDriver, manifest, artifacts, sizes,
+                              [operands_for(sizes)])  # fmt: skip
+    (launch,) = direct.launches
+    variant = next(v for v in manifest.variants if v.kernel_symbol == launch.function.symbol)
+    assert launch.stream == 5 and launch.block == variant.block
+    assert launch.shared_bytes == variant.dynamic_smem_bytes
+    expected = {a.id: a.values for a in variant.launch_attributes}
+    assert [i for i, _value in launch.attributes] == list(expected)
+    for attr_id, value in launch.attributes:
+        words = struct.unpack_from(f"<{len(expected[attr_id])}I", value)
+        assert words == tuple(expected[attr_id])
+
+
+def test_launch_path_imports_no_numpy(artifacts):
+    """Plan creation and runs (direct calls, raw pointers) with numpy made unimportable:
+    the cold start and the steady state pay no numpy import."""
+    script = textwrap.dedent(
+        f"""
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("numpy", "cutlass", "torch"):
+                    raise ImportError(f"{{name}} is blocked in this test")
+        sys.meta_path.insert(0, Block())
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import nvfp4_aot
+        from nvfp4_aot import driver
+        from fake_driver import DirectFakeDriver
+        manifest = nvfp4_aot.load_manifest({str(artifacts)!r})
+        params = {{v.kernel_symbol: [(p.offset, p.size) for p in v.params]
+                   for v in manifest.variants}}
+        fake = DirectFakeDriver(capability=(9, 0), kernel_params=params)
+        driver.use_backend(fake)
+        sizes = [(128, 256, 512)] * 3
+        with nvfp4_aot.GroupedGemmPlan(sizes, artifacts={str(artifacts)!r}) as plan:
+            for i in range(4):
+                ops = [[(i + 1 << 40) + (f << 32) + (g << 24) for g in range(3)]
+                       for f in range(5)]
+                plan.run(*ops, stream=7)
+        assert fake.entry_calls.count("cuLaunchKernelEx") == 4
+        print("ok")
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
