@@ -76,20 +76,30 @@ def make_set(shape, device):
     return groups
 
 
-def time_events(fn, sets, repeats: int) -> list[float]:
-    """Per-call milliseconds (CUDA events), cycling through the input sets."""
+def time_events(fn, sets, repeats: int, per_batch: int = 10) -> list[float]:
+    """Per-call milliseconds from CUDA events, one sample per batch of ``per_batch``
+    back-to-back calls (cycling through the input sets).
+
+    One event pair around each single call would also time the host's launch overhead
+    whenever the GPU finishes a call before the next one is queued (small shapes), and
+    the torch baselines pay more of that than we do; a batch of queued calls measures
+    the GPU.
+    """
     for s in sets:  # warm-up, includes any lazy load
         fn(s)
     torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-    for i in range(repeats):
-        s = sets[i % len(sets)]
-        starts[i].record()
-        fn(s)
-        ends[i].record()
+    batches = max(5, repeats // per_batch)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(batches)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(batches)]
+    i = 0
+    for batch in range(batches):
+        starts[batch].record()
+        for _ in range(per_batch):
+            fn(sets[i % len(sets)])
+            i += 1
+        ends[batch].record()
     torch.cuda.synchronize()
-    return [a.elapsed_time(b) for a, b in zip(starts, ends)]
+    return [a.elapsed_time(b) / per_batch for a, b in zip(starts, ends)]
 
 
 def measure_ceilings(device):
@@ -97,10 +107,10 @@ def measure_ceilings(device):
     n = 1 << 30
     src = torch.empty(n, dtype=torch.uint8, device=device).random_()
     dst = torch.empty_like(src)
-    copy_ms = statistics.median(time_events(lambda _: dst.copy_(src), [None], 30))
+    copy_ms = statistics.median(time_events(lambda _: dst.copy_(src), [None], 30, per_batch=1))
     x = torch.randn(8192, 8192, dtype=torch.bfloat16, device=device)
     y = torch.randn(8192, 8192, dtype=torch.bfloat16, device=device)
-    mm_ms = statistics.median(time_events(lambda _: x @ y, [None], 30))
+    mm_ms = statistics.median(time_events(lambda _: x @ y, [None], 30, per_batch=1))
     return 2 * n / (copy_ms * 1e-3), 2 * 8192**3 / (mm_ms * 1e-3)
 
 

@@ -501,7 +501,8 @@ class DirectCalls:
             self._fail("cuMemcpyHtoDAsync", status)
 
     def launch(self, spec: LaunchSpec, stream: int, kernel_params: int) -> None:
-        spec.use_stream(stream)
+        if stream != spec.stream:
+            spec.use_stream(stream)
         status = self._cuLaunchKernelEx(spec.config_address, spec.function, kernel_params, None)
         if status:
             self._fail("cuLaunchKernelEx", status)

@@ -11,8 +11,9 @@ Running writes the operand pointers into a free slot's staging, copies that slot
 device with one ``cuMemcpyHtoDAsync`` on the caller's stream, launches (one
 ``cuLaunchKernelEx`` per sub-launch; more than the largest baked group count splits the
 groups) and records the slot's event. Nothing is allocated and nothing waits on the
-steady-state path; when the pointers equal those of the previous run, the copy is
-skipped too.
+steady-state path; when a ring slot still holds the run's pointer table (the same
+operands as one of the last ``ring_slots`` distinct sets), the run launches from that
+slot and the staging and the copy are skipped too.
 
 Host cost. A pointer set that passed validation is remembered with its packed slot table,
 so a run with known int pointers is a dict lookup, one slice copy into pinned memory and
@@ -311,7 +312,10 @@ class GroupedGemmPlan:
         self._next = 0
         self._last_slot = None
         self._last_stream = None
-        self._last_table = None
+        # which table each ring slot holds on the device, and the reverse: a run whose
+        # table a slot still holds launches from that slot without staging or a copy
+        self._slot_table: list[bytes | None] = [None] * self.ring_slots
+        self._table_slot: dict[bytes, int] = {}
         # pointer sets that passed validation (flat tuple -> packed slot table), newest last
         self._validated: OrderedDict = OrderedDict()
         # per field: expected (rows, cols) shape for A, B, C; minimum bytes for SFA, SFB
@@ -534,9 +538,8 @@ class GroupedGemmPlan:
             calls.set_context(self._context)
             if producer_streams or stream != self._last_stream:
                 self._order_after(producer_streams, stream)
-            if table == self._last_table:
-                slot = self._last_slot
-            else:
+            slot = self._table_slot.get(table)
+            if slot is None:
                 slot = self._free_slot()
                 self._stage(slot, table, stream)
             for spec, params in zip(self._launch_specs, self._params[slot]):
@@ -546,7 +549,6 @@ class GroupedGemmPlan:
             self._slot_seq[slot] = self._seq
             self._last_slot = slot
             self._last_stream = stream
-            self._last_table = table
 
     def _stage(self, slot: int, table: bytes, stream: int) -> None:
         """Write ``table`` into the slot's pinned staging and copy it to the device on
@@ -556,6 +558,10 @@ class GroupedGemmPlan:
         self._calls.memcpy_htod_async(
             self._slot_address(slot), self._staging_addresses[slot], self._slot_bytes, stream
         )
+        if slot < self.ring_slots:  # a ring slot (not the graph slot) now holds this table
+            self._table_slot.pop(self._slot_table[slot], None)
+            self._slot_table[slot] = table
+            self._table_slot[table] = slot
 
     def _order_after(self, producer_streams, stream: int) -> None:
         """Make ``stream`` wait for the producers' queued work (``__cuda_array_interface__``
@@ -593,7 +599,8 @@ class GroupedGemmPlan:
             self._staging[self.graph_slot][:] = table
 
     def _free_slot(self) -> int:
-        """The next ring slot whose staging no queued copy still reads."""
+        """The next ring slot (round robin) that no queued run still uses, so that its
+        staging and its device table may be rewritten."""
         slot = self._next
         self._next = (slot + 1) % self.ring_slots
         seq = self._slot_seq[slot]

@@ -165,6 +165,30 @@ def test_ring_reuse_and_streams(device):
             driver.call("cuStreamDestroy", stream)
 
 
+def test_rotating_operand_sets_launch_from_resident_tables(device):
+    """Three operand sets in rotation on a plan of four ring slots: after the first
+    round every run launches from the slot that still holds its table (no copy); C is
+    re-poisoned on the stream before each run, so a stale table would show."""
+    sizes = [(200, 256, 512), (72, 384, 256)]
+    stream = driver.call("cuStreamCreate", 1)
+    sets = [make_operands(sizes, 9000 + i) for i in range(3)]
+    try:
+        with plan.GroupedGemmPlan(sizes, device, ring_slots=4) as gemm:
+            for _round in range(4):
+                for _problems, operands in sets:
+                    operands.poison_c(stream=int(stream))
+                    gemm.run(*operands.columns, stream=int(stream))
+            resident = sum(table is not None for table in gemm._slot_table)
+            gemm.synchronize()
+        assert resident == 3  # one table per set, each uploaded once
+        for i, (problems, operands) in enumerate(sets):
+            check_results(problems, operands, f"rotating set {i}")
+    finally:
+        for _problems, operands in sets:
+            operands.free()
+        driver.call("cuStreamDestroy", stream)
+
+
 def test_graph_replays_with_new_operands(device):
     """A run captured in a CUDA graph; each replay, pointed at a new operand set through
     set_graph_pointers, writes that set's results."""

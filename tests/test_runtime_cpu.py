@@ -454,28 +454,38 @@ def test_plan_uploads_sizes_prefix_and_packs_params(make_fake, artifacts, manife
 
 
 def test_steady_state_calls(make_fake, artifacts):
-    """One run: one copy, one launch, one event record; same pointers: no copy."""
+    """A new table: one copy, one launch, one event record. A table a ring slot still
+    holds (same operands as a recent run): no staging, no copy, launched from that slot.
+    A slot is rewritten only once the runs that used it are known to be complete."""
     fake = make_fake()
     sizes = [(128, 256, 512)] * 2
+    launch_only = ["cuLaunchKernelEx", "cuEventRecord"]
+    copy = ["cuMemcpyHtoDAsync", *launch_only]
+
+    def calls_of(operands):
+        start = len(fake.calls)
+        p.run(*operands, stream=5)
+        return [n for n in fake.names()[start:] if n != "cuCtxSetCurrent"]
+
+    def slot_launched():
+        launched = b"".join(fake.launches[-1].params)
+        inputs = [p.kernel_inputs(slot)[0]["abc_pointers"] for slot in range(2)]
+        return [s for s, a in enumerate(inputs) if a.to_bytes(8, "little") in launched]
+
     with plan.GroupedGemmPlan(sizes, artifacts=artifacts, ring_slots=2) as p:
-        ops = operands_for([s for s in sizes])
-        p.run(*ops, stream=5)
-        start = len(fake.calls)
-        p.run(*ops, stream=5)
-        assert [n for n in fake.names()[start:] if n != "cuCtxSetCurrent"] == [
-            "cuLaunchKernelEx", "cuEventRecord"]  # fmt: skip
-        other = operands_for(sizes, base=0x20_0000_0000)
-        expected_copy = ["cuMemcpyHtoDAsync", "cuLaunchKernelEx", "cuEventRecord"]
-        start = len(fake.calls)
-        p.run(*other, stream=5)  # slot 1, never used: free without asking
-        assert [n for n in fake.names()[start:] if n != "cuCtxSetCurrent"] == expected_copy
-        start = len(fake.calls)
-        p.run(*ops, stream=5)  # slot 0 again: one query of the newest run proves all done
-        assert [n for n in fake.names()[start:] if n != "cuCtxSetCurrent"] == [
-            "cuEventQuery", *expected_copy]  # fmt: skip
-        start = len(fake.calls)
-        p.run(*other, stream=5)  # slot 1: known complete, no query
-        assert [n for n in fake.names()[start:] if n != "cuCtxSetCurrent"] == expected_copy
+        ops, other, third = (operands_for(sizes, base=b << 36) for b in (1, 2, 3))
+        assert calls_of(ops) == copy and slot_launched() == [0]
+        assert calls_of(ops) == launch_only and slot_launched() == [0]
+        assert calls_of(other) == copy and slot_launched() == [1]  # never used: no query
+        assert calls_of(ops) == launch_only and slot_launched() == [0]  # slot 0 holds it
+        # a third set takes slot 0 (round robin): one query of the newest run proves
+        # every run complete (a plan's runs complete in order)
+        assert calls_of(third) == ["cuEventQuery", *copy] and slot_launched() == [0]
+        assert calls_of(other) == launch_only and slot_launched() == [1]
+        assert calls_of(ops) == ["cuEventQuery", *copy] and slot_launched() == [1]
+        table = struct.unpack("<6Q", fake.read(p.kernel_inputs(1)[0]["abc_pointers"], 48))
+        assert list(table) == [x.__cuda_array_interface__["data"][0]
+                               for g in range(2) for x in (ops[0][g], ops[1][g], ops[2][g])]  # fmt: skip
 
 
 def test_graph_capture_uses_its_own_slot_and_workspace(make_fake, artifacts):
@@ -814,6 +824,16 @@ def test_artifacts_dir_env(tmp_path, monkeypatch, artifacts):
         paths.artifacts_dir()
 
 
+def assert_script_prints_ok(script: str) -> None:
+    """Run ``script`` in a fresh interpreter (the repo on its path); it must print ok."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
 def test_runtime_needs_no_dsl_and_no_torch(artifacts):
     """Import and build/run a plan with cutlass and torch made unimportable."""
     script = textwrap.dedent(
@@ -841,12 +861,7 @@ def test_runtime_needs_no_dsl_and_no_torch(artifacts):
         print("ok")
         """
     )
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "ok"
+    assert_script_prints_ok(script)
 
 
 def test_committed_manifest_reads_if_present():
@@ -996,9 +1011,4 @@ def test_launch_path_imports_no_numpy(artifacts):
         print("ok")
         """
     )
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "ok"
+    assert_script_prints_ok(script)
