@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import itertools
 import json
 import os
 import statistics
@@ -220,8 +221,10 @@ def steady_state(device: int, calls: int, pointer_sets: int, floor) -> dict:
     for c in upload_columns:
         upload_plan.pointers(*c, stream)
 
-    def run_upload(i):
-        upload_plan.run(*upload_columns[i % UPLOAD_SETS], stream=stream)
+    rotation = itertools.count()  # not the batch index: it restarts every batch
+
+    def run_upload(_i):
+        upload_plan.run(*upload_columns[next(rotation) % UPLOAD_SETS], stream=stream)
 
     result = {}
     for name, call, gemm, batch in (
