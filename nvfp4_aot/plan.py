@@ -18,8 +18,9 @@ slot and the staging and the copy are skipped too.
 Host cost. A pointer set that passed validation is remembered with its packed slot table,
 so a run with known int pointers is a dict lookup, one slice copy into pinned memory and
 five driver calls through their C entry points (:class:`driver.DirectCalls`); the path
-imports no numpy. Measured on an H200: 9.8 us per run, of which the driver calls
-themselves (made from C) take 4.4 us (``bench/host_path.py``).
+imports no numpy. Measured on H200 machines: 9.8-15.8 us per run with a table upload, the
+same driver calls made from C taking 4.4-6.8 us on those hosts (``bench/host_path.py``,
+``docs/H200_RESULTS.md``).
 
 Concurrency. The kernel writes its tensormap workspace, so two launches of one plan must
 never overlap on the GPU. A plan therefore orders its own launches: when a run uses a
