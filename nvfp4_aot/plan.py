@@ -382,12 +382,14 @@ class GroupedGemmPlan:
         handle = stream if type(stream) is int and stream >= 0 else stream_handle(stream)
         # Steady state: int pointers that passed validation before (remembered with their
         # packed table) go straight to the launch.
+        count = len(self.problem_sizes)
         try:
             table = self._validated.get((*a, *b, *c, *sfa, *sfb))
-        except TypeError:  # not iterable, or unhashable operands: described below
+            if table is not None and not len(a) == len(b) == len(c) == len(sfa) == count:
+                table = None
+        except TypeError:  # not sequences, or unhashable operands: described below
             table = None
-        count = len(self.problem_sizes)
-        if table is None or not (len(a) == len(b) == len(c) == len(sfa) == count):
+        if table is None:
             table, producers = self._table(a, b, c, sfa, sfb, handle)
             self._launch(table, handle, producers)
         else:
@@ -527,8 +529,8 @@ class GroupedGemmPlan:
         self._launch(self._packed(pointers), stream, producer_streams)
 
     def _launch(self, table: bytes, stream: int, producer_streams) -> None:
-        """Stage ``table`` in a free ring slot (unless it is the previous run's), copy it
-        to the device, launch, and record the slot's event; all on ``stream``."""
+        """Stage ``table`` in a free ring slot (unless a slot still holds it), copy it to
+        the device, launch, and record the slot's event; all on ``stream``."""
         calls = self._calls
         with self._lock:
             if self._closed:
@@ -543,13 +545,15 @@ class GroupedGemmPlan:
             if slot is None:
                 slot = self._free_slot()
                 self._stage(slot, table, stream)
-            for spec, params in zip(self._launch_specs, self._params[slot]):
-                calls.launch(spec, stream, params)
-            calls.event_record(self._event_handles[slot], stream)
-            self._seq += 1
-            self._slot_seq[slot] = self._seq
-            self._last_slot = slot
-            self._last_stream = stream
+            try:
+                for spec, params in zip(self._launch_specs, self._params[slot]):
+                    calls.launch(spec, stream, params)
+            finally:  # after a failed launch too: the slot's copy may be queued
+                calls.event_record(self._event_handles[slot], stream)
+                self._seq += 1
+                self._slot_seq[slot] = self._seq
+                self._last_slot = slot
+                self._last_stream = stream
 
     def _stage(self, slot: int, table: bytes, stream: int) -> None:
         """Write ``table`` into the slot's pinned staging and copy it to the device on

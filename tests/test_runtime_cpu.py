@@ -951,14 +951,19 @@ def test_direct_call_failure_names_the_operation(manifest, artifacts):
             fake.fail["cuLaunchKernelEx"] = 1  # CUDA_ERROR_INVALID_VALUE
             with pytest.raises(CudaError, match="cuLaunchKernelEx.*CUDA_ERROR_INVALID_VALUE"):
                 p.run(*operands_for(sizes), stream=5)
+            # the table copy was queued: the slot's event still covers it
+            assert fake.entry_calls[-3:] == ["cuMemcpyHtoDAsync", "cuLaunchKernelEx",
+                                             "cuEventRecord"]  # fmt: skip
+            assert p._slot_seq[0] == p._seq == 1
             fake.fail["cuLaunchKernelEx"] = 9999  # a code the bindings do not know
             with pytest.raises(CudaError, match="cuLaunchKernelEx.*CUresult 9999"):
                 p.run(*operands_for(sizes), stream=5)
             del fake.fail["cuLaunchKernelEx"]
             fake.capturing_streams = {9}  # capture is seen through the direct query too
+            records = fake.names().count("cuEventRecord")
             p.run(*operands_for(sizes), stream=9)
             assert fake.copies[-1][0] == p.kernel_inputs(p.graph_slot)[0]["abc_pointers"]
-            assert [n for n in fake.names() if n == "cuEventRecord"] == []
+            assert fake.names().count("cuEventRecord") == records  # no ring event captured
     finally:
         driver.use_backend(None)
         loader.clear_caches()
@@ -1012,3 +1017,21 @@ def test_launch_path_imports_no_numpy(artifacts):
         """
     )
     assert_script_prints_ok(script)
+
+
+def test_known_pointers_in_an_iterator_are_refused_cleanly(make_fake, artifacts):
+    """The steady-state lookup consumes iterables; a validated set passed as an iterator
+    still gets the sequence error, nothing is launched."""
+    fake = make_fake()
+    sizes = [(128, 256, 512)]
+    with plan.GroupedGemmPlan(sizes, artifacts=artifacts) as p:
+        ops = [[address_of(x) for x in column] for column in operands_for(sizes)]
+        p.run(*ops)
+        launches = len(fake.launches)
+        with pytest.raises(InvalidProblemError, match="a must be a sequence .* list_iterator"):
+            p.run(iter(ops[0]), *ops[1:])
+        assert len(fake.launches) == launches
+
+
+def address_of(array) -> int:
+    return array.__cuda_array_interface__["data"][0]
