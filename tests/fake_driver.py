@@ -10,7 +10,9 @@ back what the runtime uploaded; every call is recorded in ``calls``.
 from __future__ import annotations
 
 import ctypes
+import gc
 import struct
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from cuda.bindings import driver as real
@@ -346,3 +348,21 @@ class DirectFakeDriver(FakeDriver):
             Launch(kernel, tuple(dims[:3]), tuple(dims[3:6]), shared, stream, attributes, values)
         )
         return 0
+
+
+@contextmanager
+def installed(fake):
+    """``fake`` as the runtime's driver, with the runtime's caches cleared on the way in
+    and out; the previous driver is restored afterwards."""
+    from nvfp4_aot import driver, loader, plan
+
+    loader.clear_caches()
+    plan.clear_plan_cache()
+    previous = driver.use_backend(fake)
+    try:
+        yield fake
+    finally:
+        plan.clear_plan_cache()
+        gc.collect()  # finalise dropped plans while their fake is still installed
+        driver.use_backend(previous)
+        loader.clear_caches()

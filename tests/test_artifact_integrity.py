@@ -20,23 +20,23 @@ on a corrupt cubin and on a directory without a manifest.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import re
 import shutil
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from nvfp4_aot import cli, driver, loader, plan
+from nvfp4_aot import cli, loader, plan
 from nvfp4_aot.errors import ArtifactError, Nvfp4Error, UnsupportedDeviceError
 from nvfp4_aot.manifest import MANIFEST_NAME
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fake_driver import FakeDriver  # noqa: E402
+from fake_driver import FakeDriver, installed  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = REPO / "artifacts"
@@ -64,19 +64,13 @@ def install(monkeypatch):
     params = _params()
     monkeypatch.delenv("NVFP4_AOT_ARTIFACTS", raising=False)
 
-    def make(capability=(9, 0), **kwargs) -> FakeDriver:
-        kwargs.setdefault("kernel_params", params)
-        fake = FakeDriver(capability=capability, **kwargs)
-        loader.clear_caches()
-        plan.clear_plan_cache()
-        driver.use_backend(fake)
-        return fake
+    with ExitStack() as stack:
 
-    yield make
-    plan.clear_plan_cache()
-    gc.collect()
-    driver.use_backend(None)
-    loader.clear_caches()
+        def make(capability=(9, 0), **kwargs) -> FakeDriver:
+            kwargs.setdefault("kernel_params", params)
+            return stack.enter_context(installed(FakeDriver(capability=capability, **kwargs)))
+
+        yield make
 
 
 def _edit(directory: Path, change) -> None:

@@ -9,22 +9,22 @@ can be checked against the context it was meant for.
 
 from __future__ import annotations
 
-import gc
 import json
 import struct
 import sys
 import threading
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from nvfp4_aot import cli, driver, loader, plan
+from nvfp4_aot import cli, loader, plan
 from nvfp4_aot.errors import InvalidProblemError, UnsupportedDeviceError
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fake_driver import SUCCESS, FakeDriver, FakeKernel  # noqa: E402
+from fake_driver import SUCCESS, FakeDriver, FakeKernel, installed  # noqa: E402
 from test_runtime_cpu import (  # noqa: E402
     ALL_COMBOS,
     FakeArray,
@@ -200,18 +200,12 @@ def two_gpus(artifacts):
     for variant in manifest.variants:
         assert variant.slots_for("tensormap_workspace")[0][0] == WORKSPACE_PARAM_OFFSET
 
-    def make(**kwargs) -> TwoGpuDriver:
-        fake = TwoGpuDriver(kernel_params=params, **kwargs)
-        loader.clear_caches()
-        plan.clear_plan_cache()
-        driver.use_backend(fake)
-        return fake
+    with ExitStack() as stack:
 
-    yield make
-    plan.clear_plan_cache()
-    gc.collect()
-    driver.use_backend(None)
-    loader.clear_caches()
+        def make(**kwargs) -> TwoGpuDriver:
+            return stack.enter_context(installed(TwoGpuDriver(kernel_params=params, **kwargs)))
+
+        yield make
 
 
 def ctx(device: int) -> str:

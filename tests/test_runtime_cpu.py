@@ -7,7 +7,6 @@ CUDA ELF headers (enough for ``cubin.cubin_sm``) and the driver is tests/fake_dr
 from __future__ import annotations
 
 import ctypes
-import gc
 import hashlib
 import json
 import os
@@ -16,6 +15,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +38,7 @@ from nvfp4_aot.manifest import (
 from nvfp4_aot.packing import ParamPacker
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fake_driver import DirectFakeDriver, FakeDriver  # noqa: E402
+from fake_driver import DirectFakeDriver, FakeDriver, installed  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -154,22 +154,13 @@ def kernel_params_of(manifest: Manifest) -> dict[str, list[tuple[int, int]]]:
 @pytest.fixture
 def make_fake(manifest):
     """Install a FakeDriver (capability etc. as given) for the test; restore afterwards."""
-    installed = []
+    with ExitStack() as stack:
 
-    def make(**kwargs) -> FakeDriver:
-        kwargs.setdefault("kernel_params", kernel_params_of(manifest))
-        fake = FakeDriver(**kwargs)
-        loader.clear_caches()
-        plan.clear_plan_cache()
-        driver.use_backend(fake)
-        installed.append(fake)
-        return fake
+        def make(**kwargs) -> FakeDriver:
+            kwargs.setdefault("kernel_params", kernel_params_of(manifest))
+            return stack.enter_context(installed(FakeDriver(**kwargs)))
 
-    yield make
-    plan.clear_plan_cache()
-    gc.collect()  # finalise dropped plans while their fake is still installed
-    driver.use_backend(None)
-    loader.clear_caches()
+        yield make
 
 
 class FakeArray:
@@ -909,17 +900,11 @@ def test_overlapping_c_among_many_groups(make_fake, artifacts):
 
 def run_with(fake_class, manifest, artifacts, sizes, runs, **fake_kwargs):
     """Install a fake of ``fake_class``, run a plan on ``runs`` operand sets (stream 5)."""
-    fake = fake_class(kernel_params=kernel_params_of(manifest), **fake_kwargs)
-    loader.clear_caches()
-    driver.use_backend(fake)
-    try:
+    with installed(fake_class(kernel_params=kernel_params_of(manifest), **fake_kwargs)) as fake:
         with plan.GroupedGemmPlan(sizes, artifacts=artifacts, ring_slots=2) as p:
             for ops in runs:
                 p.run(*ops, stream=5)
             calls = type(p._calls).__name__
-    finally:
-        driver.use_backend(None)
-        loader.clear_caches()
     return fake, calls
 
 
@@ -942,10 +927,7 @@ def test_direct_calls_launch_exactly_what_the_bindings_launch(manifest, artifact
 
 
 def test_direct_call_failure_names_the_operation(manifest, artifacts):
-    fake = DirectFakeDriver(kernel_params=kernel_params_of(manifest))
-    loader.clear_caches()
-    driver.use_backend(fake)
-    try:
+    with installed(DirectFakeDriver(kernel_params=kernel_params_of(manifest))) as fake:
         sizes = [(128, 256, 512)]
         with plan.GroupedGemmPlan(sizes, artifacts=artifacts) as p:
             fake.fail["cuLaunchKernelEx"] = 1  # CUDA_ERROR_INVALID_VALUE
@@ -964,9 +946,6 @@ def test_direct_call_failure_names_the_operation(manifest, artifacts):
             p.run(*operands_for(sizes), stream=9)
             assert fake.copies[-1][0] == p.kernel_inputs(p.graph_slot)[0]["abc_pointers"]
             assert fake.names().count("cuEventRecord") == records  # no ring event captured
-    finally:
-        driver.use_backend(None)
-        loader.clear_caches()
 
 
 def test_direct_launch_passes_the_bindings_launch_config(manifest, artifacts):
