@@ -62,3 +62,14 @@ def find_group(
                 right = mid
         group_idx = left
     return group_idx
+
+
+@cute.jit
+def advance_group(
+    tile_idx: cutlass.Int32, group_idx: cutlass.Int32, cta_prefix: cute.Tensor
+) -> cutlass.Int32:
+    """From ``group_idx`` on, the group holding ``tile_idx``: a CTA's tiles ascend, so
+    it only steps past groups that end before the tile (zero-tile groups included)."""
+    while tile_idx >= cta_prefix[group_idx + 1]:
+        group_idx = group_idx + 1
+    return group_idx

@@ -63,7 +63,7 @@ from cutlass.cutlass_dsl import dsl_user_op
 from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
-from .group_search import find_group
+from .group_search import advance_group, find_group
 
 FAMILY = "sm90_nvfp4_grouped_gemm"
 ARCHS = ("sm_90a",)
@@ -491,9 +491,7 @@ def kernel(
             cta_m = cutlass.Int32(1)
             k_tile_cnt = cutlass.Int32(0)
             while tile_idx < tile_end:
-                # Skip groups that end before this tile (also zero-tile groups).
-                while tile_idx >= tensor_of_cta_prefix[group_idx + 1]:
-                    group_idx = group_idx + 1
+                group_idx = advance_group(tile_idx, group_idx, tensor_of_cta_prefix)
                 if group_idx != prev_group_idx:
                     m = tensor_of_problem_sizes[group_idx, 0]
                     n = tensor_of_problem_sizes[group_idx, 1]
@@ -662,8 +660,7 @@ def kernel(
             cta_m = cutlass.Int32(1)
             k_tile_cnt = cutlass.Int32(0)
             while tile_idx < tile_end:
-                while tile_idx >= tensor_of_cta_prefix[group_idx + 1]:
-                    group_idx = group_idx + 1
+                group_idx = advance_group(tile_idx, group_idx, tensor_of_cta_prefix)
                 if group_idx != prev_group_idx:
                     m = tensor_of_problem_sizes[group_idx, 0]
                     n = tensor_of_problem_sizes[group_idx, 1]
