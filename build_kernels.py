@@ -26,10 +26,10 @@ from nvfp4_aot.bake.artifacts import (
     write_artifacts,
 )
 from nvfp4_aot.errors import Nvfp4Error
-from nvfp4_aot.kernels import FAMILIES, family_for_arch
+from nvfp4_aot.kernels import FAMILIES, families_for_arch
 from nvfp4_aot.manifest import read_manifest
 
-DEFAULT_ARCHS = tuple(arch for family in FAMILIES for arch in family.archs)
+DEFAULT_ARCHS = tuple(dict.fromkeys(arch for family in FAMILIES for arch in family.archs))
 DEFAULT_GROUPS = (8, 120)
 DEFAULT_OUT = Path(__file__).resolve().parent / "artifacts"
 
@@ -37,7 +37,7 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "artifacts"
 def _check_arch(_ctx, _param, values):
     for arch in values:
         try:
-            family_for_arch(arch)
+            families_for_arch(arch)
         except ValueError as exc:
             raise click.BadParameter(str(exc)) from exc
     return tuple(dict.fromkeys(values))
@@ -63,17 +63,17 @@ def _require_dsl() -> None:
         raise click.ClickException("gcc is needed to capture the launch ABI; install gcc")
 
 
-def _bake(archs, groups, workdir: Path, quiet: bool):
-    combos = [(a, g) for a in archs for g in groups]
+def _bake(combos, workdir: Path, quiet: bool):
+    """Bake every (family, arch, group count) of ``combos``."""
     baked = []
     with click.progressbar(
         combos,
         label="baking",
-        item_show_func=lambda c: c and f"{c[0]} G={c[1]}",
+        item_show_func=lambda c: c and f"{c[0]} {c[1]} G={c[2]}",
         file=sys.stderr if not quiet else open("/dev/null", "w"),
     ) as bar:
-        for arch, g in bar:
-            baked.append(bake_variant(arch, g, workdir))
+        for family, arch, g in bar:
+            baked.append(bake_variant(family, arch, g, workdir))
     return baked
 
 
@@ -128,11 +128,16 @@ def main(archs, groups, out: Path, check: bool, quiet: bool):  # fmt: skip
     started = time.perf_counter()
     try:
         if check:
-            committed = read_manifest(out)
-            archs = tuple(dict.fromkeys(v.arch for v in committed.variants))
-            groups = tuple(sorted({v.num_groups for v in committed.variants}))
+            combos = [(v.family, v.arch, v.num_groups) for v in read_manifest(out).variants]
+        else:
+            combos = [
+                (family.name, arch, g)
+                for arch in archs
+                for family in families_for_arch(arch)
+                for g in groups
+            ]
         with tempfile.TemporaryDirectory(prefix="nvfp4-bake-") as tmp:
-            baked = _bake(archs, groups, Path(tmp) / "work", quiet)
+            baked = _bake(combos, Path(tmp) / "work", quiet)
             if check:
                 write_artifacts(Path(tmp) / "rebuilt", baked)
                 problems = compare_artifacts(out, Path(tmp) / "rebuilt")

@@ -6,7 +6,9 @@
 # (default: all). The wheel (python -m pip wheel --no-deps -w .carry/wheel .) is carried.
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
-STEPS=${STEPS:-env tests cli reliability host bench sanitizer}
+STEPS=${STEPS:-env tests families choice cli reliability host bench sanitizer}
+FAMILIES="sm90_nvfp4_grouped_gemm sm90_nvfp4_grouped_gemm_a16"
+KERNELS="--kernel sm90_nvfp4_grouped_gemm --kernel sm90_nvfp4_grouped_gemm_a16"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NVFP4_AOT_SHAPES=$PWD/tests/data/shapes.json
 SHAPES=$PWD/tests/data/shapes.json
 want() { [[ " $STEPS " == *" $1 "* ]]; }
@@ -19,7 +21,22 @@ if want env; then
 fi
 if want tests; then
   step "GPU tests (pytest -m gpu)"
-  timeout 150 python3 -m pytest -q -m gpu tests/ -p no:cacheprovider 2>&1 | tail -15
+  timeout 300 python3 -m pytest -q -m gpu tests/ -p no:cacheprovider 2>&1 | tail -15
+fi
+if want families; then
+  step "both sm_90a kernel families: verify, then bench on the benchmarks and the choice grid"
+  for section in tests benchmarks; do
+    timeout 150 python3 -m nvfp4_aot verify --shapes "$SHAPES" --section $section $KERNELS 2>&1 | tail -1
+  done
+  timeout 120 python3 -m nvfp4_aot verify $KERNELS --groups-json '{"m":[1000,300,77],"n":[4096,8192,1024],"k":[128,256,384]}' 2>&1 | tail -1
+  timeout 200 python3 -m nvfp4_aot bench --shapes "$SHAPES" $KERNELS --repeats 50 --json > "$OUT/bench_families.json"
+  python3 bench/family_table.py "$OUT/bench_families.json"
+fi
+if want choice; then
+  step "both sm_90a kernel families on the grid that sets the runtime's choice"
+  timeout 420 python3 -m nvfp4_aot bench --shapes bench/data/family_choice_shapes.json $KERNELS \
+    --repeats 20 --warmup 3 --sets 2 --json > "$OUT/bench_family_choice.json"
+  python3 bench/family_table.py "$OUT/bench_family_choice.json"
 fi
 if want cli; then
   step "CLI from the installed wheel"
@@ -37,6 +54,8 @@ fi
 if want reliability; then
   step reliability
   timeout 120 python3 bench/reliability.py --json "$OUT/reliability.json" 2>&1 | tail -8
+  timeout 120 python3 bench/reliability.py --quick --kernel sm90_nvfp4_grouped_gemm_a16 \
+    --json "$OUT/reliability_a16.json" 2>&1 | tail -8
 fi
 if want host; then
   step "host path"
@@ -48,10 +67,10 @@ if want bench; then
 fi
 if want sanitizer; then
   step "compute-sanitizer (memcheck, racecheck) on a 3-group problem"
-  for tool in memcheck racecheck; do
-    timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m nvfp4_aot verify \
+  for tool in memcheck racecheck; do for family in $FAMILIES; do
+    timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m nvfp4_aot verify --kernel $family \
       --shape 200,256,512 --shape 72,384,256 --shape 128,128,128 2>&1 | grep -v "^shape\|^-----\|^ *case" | tail -30
-    echo "$tool exit code: ${PIPESTATUS[0]}"
-  done
+    echo "$tool $family exit code: ${PIPESTATUS[0]}"
+  done; done
 fi
 step done

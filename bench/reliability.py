@@ -19,7 +19,7 @@ d. Soak: 100,000 runs rotating 4 input sets, spot checks every 10,000, then 200 
 Needs only nvfp4_aot, cuda.bindings (through nvfp4_aot.driver) and numpy. About a
 minute on an H200 (--quick: a few seconds).
 
-    python bench/reliability.py [--device 0] [--quick] [--json FILE]
+    python bench/reliability.py [--device 0] [--quick] [--kernel FAMILY] [--json FILE]
 
 Exit status 0 when every section passes, 1 otherwise.
 """
@@ -27,6 +27,7 @@ Exit status 0 when every section passes, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -55,6 +56,8 @@ MiB = 1 << 20
 # growth allowed in the soak (noise: allocator slack, lazily loaded driver pieces)
 DEVICE_NOISE = 2 * MiB
 RSS_NOISE = 16 * MiB
+# every plan of the run (main() fixes the kernel family when --kernel is given)
+make_plan = GroupedGemmPlan
 
 
 # ---------------------------------------------------------------------------------------
@@ -160,7 +163,7 @@ def _bad_cases(data: InputSet):
          TypeError, "cannot get a CUDA stream handle"),
         ("set_graph_pointers misaligned c", lambda p: p.set_graph_pointers(*with_("c", c[1] + 2, 1)),
          InvalidProblemError, "group 1: c must be 32-byte aligned"),
-        ("plan with k % 32 != 0", lambda p: GroupedGemmPlan([(128, 256, 48)], p.device),
+        ("plan with k % 32 != 0", lambda p: make_plan([(128, 256, 48)], p.device),
          InvalidProblemError, "group 0: k must be a multiple of 32"),
     ]  # fmt: skip
 
@@ -169,8 +172,8 @@ def section_bad_inputs(device: int, seed: int) -> dict:
     data = InputSet(BAD_SIZES, np.random.default_rng([seed, 1]))
     rows, failures = [], 0
     try:
-        with GroupedGemmPlan(BAD_SIZES, device) as plan:
-            closed = GroupedGemmPlan(BAD_SIZES, device)
+        with make_plan(BAD_SIZES, device) as plan:
+            closed = make_plan(BAD_SIZES, device)
             closed.close()
             cases = _bad_cases(data) + [
                 ("closed plan", lambda _p: closed.run(*data.columns), Nvfp4Error, "closed"),
@@ -240,7 +243,7 @@ def _worker(index: int, device: int, launches: int, seed: int, out: dict, barrie
         pick = random.Random(seed * 100 + index)
         streams = [new_stream() for _ in range(STREAMS_PER_THREAD)]
         for sizes in THREAD_PLANS[index]:
-            plans.append(GroupedGemmPlan(sizes, device, ring_slots=4))
+            plans.append(make_plan(sizes, device, ring_slots=4))
             sets.append([InputSet(sizes, rng) for _ in range(SETS_PER_PLAN)])
         barrier.wait()
         while record["launches"] < launches:
@@ -336,7 +339,7 @@ def section_graphs(device: int, input_sets: int, rounds: int, replays: int, seed
     checks, mismatches = [], 0
     result: dict = {}
     try:
-        with GroupedGemmPlan(GRAPH_SIZES, device) as plan:
+        with make_plan(GRAPH_SIZES, device) as plan:
             mode = driver.backend().CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
             driver.call("cuStreamBeginCapture", stream, mode)
             try:
@@ -453,7 +456,7 @@ def section_soak(device: int, runs: int, churn: int, seed: int) -> dict:
     spot_every = max(runs // 10, 1)
     spots, spot_failures, churn_failures = [], 0, 0
     try:
-        with GroupedGemmPlan(SOAK_SIZES, device) as plan:
+        with make_plan(SOAK_SIZES, device) as plan:
             for i in range(2000):  # warm-up: first-use costs stay out of "before"
                 plan.run(*sets[i % 4].columns, stream=stream)
             plan.synchronize()
@@ -483,7 +486,7 @@ def section_soak(device: int, runs: int, churn: int, seed: int) -> dict:
             check = i >= churn - len(churn_sets)  # the last cycle of each shape is checked
             if check:
                 data.poison(stream)
-            with GroupedGemmPlan(data.sizes, device) as cycle:
+            with make_plan(data.sizes, device) as cycle:
                 cycle.run(*data.columns, stream=stream)
             if check:
                 driver.stream_synchronize(stream)
@@ -620,7 +623,12 @@ def main() -> int:
     parser.add_argument(
         "--sections", default="abcd", help="Which sections to run (letters a-d; default all)."
     )
+    parser.add_argument(
+        "--kernel", default=None, help="Kernel family of every plan (default: each plan's pick)."
+    )
     args = parser.parse_args()
+    global make_plan
+    make_plan = functools.partial(GroupedGemmPlan, kernel=args.kernel)
     launches = args.launches or (200 if args.quick else 1000)
     soak_runs = args.soak_runs or (10_000 if args.quick else 100_000)
     churn = 20 if args.quick else 200
@@ -630,7 +638,8 @@ def main() -> int:
     driver.activate(args.device)
     name = driver.device_name(args.device)
     capability = driver.compute_capability(args.device)
-    print(f"device {args.device}: {name} (compute capability {capability[0]}.{capability[1]})")
+    print(f"device {args.device}: {name} (compute capability {capability[0]}.{capability[1]}),"
+          f" kernel {args.kernel or 'per plan'}")
     sections = {
         "a": ("bad_inputs", lambda: section_bad_inputs(args.device, args.seed)),
         "b": ("concurrency", lambda: section_concurrency(args.device, launches, args.seed)),

@@ -249,6 +249,14 @@ device_option = click.option(
 seed_option = click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed of the random inputs."
 )
+kernel_option = click.option(
+    "--kernel",
+    "kernels",
+    multiple=True,
+    metavar="FAMILY",
+    help="Kernel family to run (repeatable: each case runs with each; `info` lists them). "
+    "Default: the one each plan picks.",
+)
 
 
 def shape_options(default_section: str):
@@ -476,9 +484,12 @@ def _gpus(manifest) -> tuple[dict, list[dict]]:
 )
 @device_option
 @seed_option
+@kernel_option
 @artifacts_option
 @json_option
-def verify(shapes_file, section, groups_json, shapes, tol, device, seed, artifacts, as_json):
+def verify(
+    shapes_file, section, groups_json, shapes, tol, device, seed, kernels, artifacts, as_json
+):
     """Run random problems and compare every group with the float64 reference.
 
     C is filled with NaN before each run, so a group the kernel does not write fails.
@@ -489,13 +500,14 @@ def verify(shapes_file, section, groups_json, shapes, tol, device, seed, artifac
     cases = collect_cases(shapes_file, section, groups_json, shapes, VERIFY_DEFAULT)
     _require_device(device)
     results = []
-    total = sum(len(c.sizes) for c in cases)
+    runs = [(index, case, kernel) for index, case in enumerate(cases) for kernel in kernels or [None]]
+    total = sum(len(case.sizes) for _i, case, _k in runs)
     with _progress(total, "verify") as bar:
-        for index, case in enumerate(cases):
+        for index, case, kernel in runs:
             rng = np.random.default_rng([seed, index])
             problems = [random_problem(m, n, k, rng) for m, n, k in case.sizes]
             arrays = [(p.a, p.b, p.sfa_blocked, p.sfb_blocked) for p in problems]
-            with GroupedGemmPlan(case.sizes, device, artifacts=artifacts) as plan:
+            with GroupedGemmPlan(case.sizes, device, artifacts=artifacts, kernel=kernel) as plan:
                 data = DeviceOperands(case.sizes, arrays)
                 try:
                     data.poison_c()
@@ -588,6 +600,7 @@ def verify(shapes_file, section, groups_json, shapes, tol, device, seed, artifac
 )
 @device_option
 @seed_option
+@kernel_option
 @artifacts_option
 @json_option
 def bench(
@@ -600,6 +613,7 @@ def bench(
     sets,
     device,
     seed,
+    kernels,
     artifacts,
     as_json,
 ):
@@ -614,10 +628,11 @@ def bench(
     cases = collect_cases(shapes_file, section, groups_json, shapes, BENCH_DEFAULT)
     _require_device(device)
     results = []
-    with _progress(len(cases) * (sets + 1), "bench") as bar:
-        for index, case in enumerate(cases):
+    runs = [(index, case, kernel) for index, case in enumerate(cases) for kernel in kernels or [None]]
+    with _progress(len(runs) * (sets + 1), "bench") as bar:
+        for index, case, kernel in runs:
             rng = np.random.default_rng([seed, index])
-            with GroupedGemmPlan(case.sizes, device, artifacts=artifacts) as plan:
+            with GroupedGemmPlan(case.sizes, device, artifacts=artifacts, kernel=kernel) as plan:
                 data = []
                 events = []
                 try:

@@ -76,7 +76,7 @@ def baked_archs(manifest: Manifest) -> str:
 def variants_for(
     manifest: Manifest, capability: tuple[int, int], device: int | None = None
 ) -> list[Variant]:
-    """Variants that run on ``capability``, fewest groups first.
+    """Variants that run on ``capability``, by family, fewest groups first.
 
     Raises
     ------
@@ -92,13 +92,7 @@ def variants_for(
             f"{capability[0]}.{capability[1]}; the artifacts hold {baked_archs(manifest)}. "
             "Use a GPU of one of these architectures or bake a variant for this one"
         )
-    families = {v.family for v in found}
-    if len(families) > 1:
-        raise ArtifactError(
-            f"the manifest holds several kernel families for compute capability "
-            f"{capability[0]}.{capability[1]}: {sorted(families)}"
-        )
-    return sorted(found, key=lambda v: v.num_groups)
+    return sorted(found, key=lambda v: (v.family, v.num_groups))
 
 
 def select_variant(variants: list[Variant], num_groups: int) -> Variant:

@@ -27,7 +27,7 @@ INPUT_KINDS: dict[str, str] = {
     "abc_pointers": "pointer",  # int64 [G, 3] (A, B, C) device addresses
     "scale_pointers": "pointer",  # int64 [G, 2] (SFA, SFB) device addresses
     "cta_prefix": "pointer",  # int32 [G + 1] prefix sum of output tiles per group
-    "tensormap_workspace": "pointer",  # persistent_blocks x 4 x 128-byte descriptors
+    "tensormap_workspace": "pointer",  # Variant.workspace bytes (descriptors, scratch)
     "total_tiles": "int32",
     "persistent_blocks": "int32",
 }
@@ -100,6 +100,41 @@ class FunctionAttribute:
 
 
 @dataclass(frozen=True)
+class Workspace:
+    """The tensormap workspace one launch needs (the ``tensormap_workspace`` input).
+
+    Bytes for a launch of ``persistent_blocks`` CTAs over groups of sizes (m, n, k):
+    ``persistent_blocks x bytes_per_block + sum(m x round_up(k, activation_k_multiple))
+    x activation_bytes_per_element``. With ``zero_once`` the
+    workspace must be all zero before the kernel's first launch (a grid-barrier
+    counter that every launch leaves at zero).
+    """
+
+    bytes_per_block: int = 4 * 128  # four 128-byte TMA descriptors per CTA
+    activation_bytes_per_element: int = 0
+    activation_k_multiple: int = 1
+    zero_once: bool = False
+
+    def __post_init__(self):
+        for name in ("bytes_per_block", "activation_bytes_per_element"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"workspace {name} must be >= 0, got {getattr(self, name)}")
+        if self.activation_k_multiple < 1:
+            raise ValueError(
+                f"workspace activation_k_multiple must be >= 1, got {self.activation_k_multiple}"
+            )
+
+    def bytes_for(self, problem_sizes, persistent_blocks: int) -> int:
+        """Workspace bytes of one launch of ``persistent_blocks`` CTAs over these groups."""
+        total = persistent_blocks * self.bytes_per_block
+        if self.activation_bytes_per_element:
+            multiple = self.activation_k_multiple
+            elements = sum(int(s[0]) * (-(-int(s[2]) // multiple) * multiple) for s in problem_sizes)
+            total += elements * self.activation_bytes_per_element
+        return total
+
+
+@dataclass(frozen=True)
 class Variant:
     """One baked kernel: a (kernel family, arch, group count) combination."""
 
@@ -122,6 +157,7 @@ class Variant:
     launch_attributes: tuple[LaunchAttribute, ...]
     function_attributes: tuple[FunctionAttribute, ...]
     registers: int | None = None
+    workspace: Workspace = Workspace()
 
     def slots_for(self, input_name: str) -> list[tuple[int, int]]:
         """Absolute (offset, size) of every place in the parameter buffer input goes."""
@@ -191,7 +227,9 @@ def _build(cls, raw: Any, where: str):
 
 _DATACLASSES = {
     c.__name__: c
-    for c in (InputSlot, KernelParam, GridDim, LaunchAttribute, FunctionAttribute, Variant)
+    for c in (
+        InputSlot, KernelParam, GridDim, LaunchAttribute, FunctionAttribute, Workspace, Variant
+    )
 }
 
 
@@ -215,6 +253,10 @@ def _convert(type_text: str, value: Any, where: str):
         return tuple(
             _convert(it, v, f"{where}[{i}]") for i, (it, v) in enumerate(zip(items, value))
         )
+    if t == "bool":
+        if not isinstance(value, bool):
+            raise ArtifactError(f"{where}: expected bool, got {value!r}")
+        return value
     expected = {"int": int, "str": str, "float": (int, float)}[t]
     if isinstance(value, bool) or not isinstance(value, expected):
         raise ArtifactError(f"{where}: expected {t}, got {value!r}")

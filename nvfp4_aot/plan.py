@@ -46,7 +46,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from math import prod
 
-from . import driver, loader, validation
+from . import driver, loader, selection, validation
 from .errors import InvalidProblemError, Nvfp4Error
 from .operands import (
     DeviceArray,
@@ -59,7 +59,6 @@ from .operands import (
 )
 from .packing import launch_geometry
 
-WORKSPACE_BYTES_PER_BLOCK = 4 * 128  # four 128-byte TMA descriptors per CTA
 _ALIGN = 128
 _AB_DTYPES = ("u1", "i1", "e2m1x2", "e2m1", "v1")
 _SCALE_DTYPES = ("u1", "i1", "e4m3", "v1")
@@ -151,6 +150,9 @@ class GroupedGemmPlan:
         Artifacts directory (default: :func:`nvfp4_aot.paths.artifacts_dir`).
     ring_slots : int
         Pointer-table slots, i.e. runs that may be queued before :meth:`run` waits.
+    kernel : str, optional
+        Kernel family to run (``nvfp4-aot info`` lists them); by default the plan
+        picks one for its problem sizes (:mod:`nvfp4_aot.selection`).
 
     Examples
     --------
@@ -158,7 +160,10 @@ class GroupedGemmPlan:
     ...     plan.run([a], [b], [c], [sfa], [sfb], stream=torch.cuda.current_stream())
     """
 
-    def __init__(self, problem_sizes, device: int = 0, *, artifacts=None, ring_slots: int = 8):
+    def __init__(
+        self, problem_sizes, device: int = 0, *, artifacts=None, ring_slots: int = 8,
+        kernel: str | None = None,
+    ):  # fmt: skip
         if ring_slots < 1:
             raise ValueError(f"ring_slots must be >= 1, got {ring_slots}")
         self.problem_sizes = validation.problem_sizes(problem_sizes)
@@ -167,12 +172,14 @@ class GroupedGemmPlan:
         manifest = loader.load_manifest(artifacts)
         capability = loader.device_capability(self.device)
         found = loader.variants_for(manifest, capability, self.device)
-        variants = {v.num_groups: v for v in found}
         self.sm_count = driver.sm_count(self.device)
+        #: the kernel family this plan runs
+        self.family = selection.choose_family(found, self.problem_sizes, kernel)
+        variants = {v.num_groups: v for v in found if v.family == self.family}
         self._lock = threading.Lock()
 
         # Layout of the device buffer: [sizes, prefix per sub-launch][workspace][ring].
-        launches, kernels, offset, slot_bytes = [], [], 0, 0
+        launches, kernels, offset, slot_bytes, workspace_bytes = [], [], 0, 0, 0
         for start, stop, g in split_groups(len(self.problem_sizes), list(variants)):
             variant = variants[g]
             tile_m, tile_n, _tile_k = variant.tile_mnk
@@ -196,11 +203,15 @@ class GroupedGemmPlan:
                           sizes_offset, prefix_offset, abc_offset, scales_offset)
             )  # fmt: skip
             kernels.append(loader.load_kernel(variant, self.device, artifacts))
+            # sub-launches run one after another and share the workspace
+            workspace_bytes = max(
+                workspace_bytes,
+                variant.workspace.bytes_for(self.problem_sizes[start:stop], blocks),
+            )
         self.launches = tuple(launches)
         self._kernels = tuple(kernels)
-        self.workspace_bytes = (
-            max(s.persistent_blocks for s in launches) * WORKSPACE_BYTES_PER_BLOCK
-        )
+        self.workspace_bytes = _round_up(workspace_bytes, _ALIGN)
+        self._zero_workspace = any(k.variant.workspace.zero_once for k in kernels)
         self._workspace_offset = offset
         # CUDA graphs get a slot and a workspace of their own, so that replays never
         # share a workspace with eager runs of the plan (see capture in launch_pointers).
@@ -263,6 +274,11 @@ class GroupedGemmPlan:
             )
         buffer = (ctypes.c_char * len(static)).from_buffer(static)
         driver.memcpy_htod(res.device_ptr, ctypes.addressof(buffer), len(static))
+        if self._zero_workspace:
+            # both workspaces (eager and graph), done before any stream can launch
+            end = self._graph_workspace_offset + self.workspace_bytes
+            driver.memset_d8(res.device_ptr + self._workspace_offset, 0, end - self._workspace_offset)
+            driver.synchronize()
         for slot in range(slots):  # padding rows of the tables stay zero
             driver.memcpy_htod(
                 self._slot_address(slot), self._staging_addresses[slot], self._slot_bytes

@@ -80,6 +80,7 @@ class FakeDriver:
         self.function_attributes: list[tuple[object, int, int]] = []
         self._kernels: list[FakeKernel] = []
         self.events_ready = True
+        self.alloc_fill = 0  # the byte new device allocations hold (cuMemAlloc leaves garbage)
         self._next = 0x7F00_0000_0000
         self._handles = 0
 
@@ -136,7 +137,7 @@ class FakeDriver:
         self._record("cuMemAlloc", size)
         pointer = self._next
         self._next += -(-size // 4096) * 4096 + 4096
-        self.memory[pointer] = bytearray(size)
+        self.memory[pointer] = bytearray([self.alloc_fill]) * size
         return (SUCCESS, pointer)
 
     def cuMemFree(self, pointer):
@@ -179,6 +180,15 @@ class FakeDriver:
         data = ctypes.string_at(src, size)
         self.copies.append((int(dst), data, int(stream)))
         self._write(int(dst), data)
+        return (SUCCESS,)
+
+    def cuMemsetD8(self, dst, value, count):
+        self._record("cuMemsetD8", dst, value, count)
+        self._write(int(dst), bytes([value]) * count)
+        return (SUCCESS,)
+
+    def cuCtxSynchronize(self):
+        self._record("cuCtxSynchronize")
         return (SUCCESS,)
 
     # events and streams

@@ -32,7 +32,7 @@ from nvfp4_aot.packing import ParamPacker, launch_geometry  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "artifacts"
 COMMITTED = read_manifest(ARTIFACTS)
-VARIANTS = [(v.arch, v.num_groups) for v in COMMITTED.variants]
+VARIANTS = [(v.family, v.arch, v.num_groups) for v in COMMITTED.variants]
 
 
 @pytest.fixture(scope="module")
@@ -42,14 +42,14 @@ def compiled(tmp_path_factory):
     return {key: compile_variant(*key, work) for key in VARIANTS}
 
 
-@pytest.mark.parametrize("arch,num_groups", VARIANTS)
-def test_packed_params_equal_dsl_host_launcher(compiled, arch, num_groups, tmp_path):
-    c = compiled[(arch, num_groups)]
+@pytest.mark.parametrize("family,arch,num_groups", VARIANTS)
+def test_packed_params_equal_dsl_host_launcher(compiled, family, arch, num_groups, tmp_path):
+    c = compiled[(family, arch, num_groups)]
     variant = describe_variant(c, tmp_path)
     packer = ParamPacker(variant)
     library = link_recorder(c.exported, tmp_path)
     sizes = [p.size for p in variant.params]
-    rng = random.Random(f"{arch}-{num_groups}")
+    rng = random.Random(f"{family}-{arch}-{num_groups}")
     for trial in range(3):
         inputs = _random_inputs(rng)
         poison = 0x11 + trial
@@ -69,9 +69,9 @@ def test_packed_params_equal_dsl_host_launcher(compiled, arch, num_groups, tmp_p
         assert geometry.dynamic_smem_bytes == run.dynamic_smem_bytes
 
 
-@pytest.mark.parametrize("arch,num_groups", VARIANTS[:1])
-def test_capture_is_deterministic(compiled, arch, num_groups, tmp_path):
-    c = compiled[(arch, num_groups)]
+@pytest.mark.parametrize("family,arch,num_groups", VARIANTS[:1])
+def test_capture_is_deterministic(compiled, family, arch, num_groups, tmp_path):
+    c = compiled[(family, arch, num_groups)]
     first = describe_variant(c, tmp_path / "a", seed=1)
     second = describe_variant(c, tmp_path / "b", seed=2)
     assert first == second
@@ -79,8 +79,8 @@ def test_capture_is_deterministic(compiled, arch, num_groups, tmp_path):
 
 def test_committed_manifest_matches_fresh_capture(compiled, tmp_path):
     for key, c in compiled.items():
-        variant = describe_variant(c, tmp_path / f"{key[0]}-{key[1]}")
-        assert variant == COMMITTED.variant(variant.family, *key)
+        variant = describe_variant(c, tmp_path / "-".join(map(str, key)))
+        assert variant == COMMITTED.variant(*key)
 
 
 def test_unexplained_parameter_byte_fails_the_capture(compiled, tmp_path, monkeypatch):

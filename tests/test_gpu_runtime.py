@@ -28,6 +28,9 @@ SHAPES = Path(
     )
 )
 TOLERANCE = 1e-3
+# every baked kernel family: the tests that take `kernel` run once per family that the
+# GPU can run (on sm_90a: the per-CTA decode and the decode-once kernel)
+FAMILIES = sorted({v.family for v in loader.load_manifest().variants})
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +46,14 @@ def device() -> int:
         pytest.skip(f"no baked kernel for this GPU: {exc}")
     driver.activate(0)
     return 0
+
+
+@pytest.fixture(params=FAMILIES)
+def kernel(request, device) -> str:
+    runnable = loader.variants_for(loader.load_manifest(), driver.compute_capability(device))
+    if request.param not in {v.family for v in runnable}:
+        pytest.skip(f"{request.param} does not run on this GPU")
+    return request.param
 
 
 class CudaArray:
@@ -88,11 +99,12 @@ def as_cuda_arrays(problems, pointers) -> list[list[CudaArray]]:
 
 
 def run_and_check(
-    device: int, sizes, seed: int, *, as_arrays: bool = False, stream: int = 0
+    device: int, sizes, seed: int, *, as_arrays: bool = False, stream: int = 0, kernel=None
 ) -> None:
     problems, operands = make_operands(sizes, seed)
     try:
-        with plan.GroupedGemmPlan(sizes, device) as gemm:
+        with plan.GroupedGemmPlan(sizes, device, kernel=kernel) as gemm:
+            assert kernel is None or gemm.family == kernel
             columns = operands.columns
             if as_arrays:
                 columns = as_cuda_arrays(problems, columns)
@@ -111,11 +123,11 @@ def _shapes() -> list:
 
 
 @pytest.mark.parametrize("index", range(10))
-def test_shapes_json(device, index):
+def test_shapes_json(device, kernel, index):
     shapes = _shapes()
     if index >= len(shapes):
         pytest.skip(f"{SHAPES} is absent or has fewer tests")
-    run_and_check(device, shapes[index], seed=1000 + index)
+    run_and_check(device, shapes[index], seed=1000 + index, kernel=kernel)
 
 
 def _random_sizes(count: int, rng) -> list[tuple[int, int, int]]:
@@ -126,9 +138,9 @@ def _random_sizes(count: int, rng) -> list[tuple[int, int, int]]:
 
 
 @pytest.mark.parametrize("count", [1, 8, 9, 120, 121])
-def test_group_counts(device, count):
+def test_group_counts(device, kernel, count):
     rng = np.random.default_rng(count)
-    run_and_check(device, _random_sizes(count, rng), seed=2000 + count)
+    run_and_check(device, _random_sizes(count, rng), seed=2000 + count, kernel=kernel)
 
 
 @pytest.mark.parametrize(
@@ -136,21 +148,30 @@ def test_group_counts(device, count):
     [[(1, 32, 32)], [(129, 160, 288)], [(200, 96, 96), (1, 480, 32), (255, 224, 736)],
      [(64, 128, 7168)], [(300, 4096, 256)]],
 )  # fmt: skip
-def test_edge_shapes(device, sizes):
-    run_and_check(device, sizes, seed=3000 + len(sizes))
+def test_edge_shapes(device, kernel, sizes):
+    run_and_check(device, sizes, seed=3000 + len(sizes), kernel=kernel)
+
+
+def test_split_launches_of_different_grids_share_the_workspace(device, kernel):
+    """More groups than the largest variant holds: the second sub-launch has far fewer
+    CTAs than the first and reuses the workspace (the decode-once kernel's grid
+    barrier must sit where both find it); two runs back to back."""
+    sizes = [(256, 512, 256)] * 120 + [(1, 32, 32)]
+    for seed in (2500, 2501):
+        run_and_check(device, sizes, seed=seed, kernel=kernel)
 
 
 def test_cuda_array_interface_operands(device):
     run_and_check(device, [(96, 128, 128), (256, 512, 256)], seed=4000, as_arrays=True)
 
 
-def test_ring_reuse_and_streams(device):
+def test_ring_reuse_and_streams(device, kernel):
     """Many queued runs with fresh operands on two streams, one final synchronise."""
     sizes = [(200, 256, 512), (72, 384, 256)]
     streams = [driver.call("cuStreamCreate", 1), driver.call("cuStreamCreate", 1)]
     runs = []
     try:
-        with plan.GroupedGemmPlan(sizes, device, ring_slots=3) as gemm:
+        with plan.GroupedGemmPlan(sizes, device, ring_slots=3, kernel=kernel) as gemm:
             for i in range(12):
                 problems, operands = make_operands(sizes, 5000 + i % 4)
                 runs.append((problems, operands))
@@ -189,14 +210,14 @@ def test_rotating_operand_sets_launch_from_resident_tables(device):
         driver.call("cuStreamDestroy", stream)
 
 
-def test_graph_replays_with_new_operands(device):
+def test_graph_replays_with_new_operands(device, kernel):
     """A run captured in a CUDA graph; each replay, pointed at a new operand set through
     set_graph_pointers, writes that set's results."""
     sizes = [(200, 256, 512), (72, 384, 256)]
     stream = driver.call("cuStreamCreate", 1)
     sets = [make_operands(sizes, 8000 + i) for i in range(3)]
     try:
-        with plan.GroupedGemmPlan(sizes, device) as gemm:
+        with plan.GroupedGemmPlan(sizes, device, kernel=kernel) as gemm:
             mode = driver.backend().CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
             driver.call("cuStreamBeginCapture", stream, mode)
             try:

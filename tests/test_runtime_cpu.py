@@ -34,6 +34,7 @@ from nvfp4_aot.manifest import (
     LaunchAttribute,
     Manifest,
     Variant,
+    Workspace,
 )
 from nvfp4_aot.packing import ParamPacker
 
@@ -75,7 +76,10 @@ def fake_cubin(arch: str, seed: int) -> bytes:
     return bytes(header) + random.Random(seed).randbytes(512)
 
 
-def synthetic_variant(arch: str, num_groups: int, cubin: bytes, tile=(128, 128, 256)) -> Variant:
+def synthetic_variant(
+    arch: str, num_groups: int, cubin: bytes, tile=(128, 128, 256), family=None,
+    workspace=None, cooperative=0,
+) -> Variant:  # fmt: skip
     rng = random.Random(f"{arch}{num_groups}")
     params = []
     for index, (offset, size, align, slots, padding) in enumerate(LAYOUT):
@@ -88,7 +92,7 @@ def synthetic_variant(arch: str, num_groups: int, cubin: bytes, tile=(128, 128, 
             KernelParam(index, offset, size, align, constant.hex(),
                         tuple(InputSlot(*s) for s in slots), padding)
         )  # fmt: skip
-    family = FAMILY[arch]
+    family = family or FAMILY[arch]
     return Variant(
         name=f"{family}.{arch}.g{num_groups}",
         family=family,
@@ -109,22 +113,24 @@ def synthetic_variant(arch: str, num_groups: int, cubin: bytes, tile=(128, 128, 
         launch_attributes=(
             LaunchAttribute(6, "programmatic_stream_serialization", (0,)),
             LaunchAttribute(4, "cluster_dimension", (1, 1, 1)),
-            LaunchAttribute(2, "cooperative", (0,)),
+            LaunchAttribute(2, "cooperative", (cooperative,)),
         ),
         function_attributes=(
             FunctionAttribute(8, "max_dynamic_shared_size_bytes", from_device_attribute=97),
             FunctionAttribute(14, "non_portable_cluster_size_allowed", value=1),
         ),
         registers=128,
+        workspace=workspace or Workspace(),
     )
 
 
 def write_synthetic(directory: Path, combos) -> Manifest:
+    """Combos: (arch, groups) or (arch, groups, {synthetic_variant keyword arguments})."""
     directory.mkdir(parents=True, exist_ok=True)
     variants = []
-    for seed, (arch, groups) in enumerate(combos):
+    for seed, (arch, groups, *extra) in enumerate(combos):
         cubin = fake_cubin(arch, seed)
-        variant = synthetic_variant(arch, groups, cubin)
+        variant = synthetic_variant(arch, groups, cubin, **(extra[0] if extra else {}))
         (directory / variant.cubin).write_bytes(cubin)
         variants.append(variant)
     manifest = Manifest(SCHEMA_VERSION, "0.1.0", "synthetic", tuple(variants))
@@ -1014,3 +1020,112 @@ def test_known_pointers_in_an_iterator_are_refused_cleanly(make_fake, artifacts)
 
 def address_of(array) -> int:
     return array.__cuda_array_interface__["data"][0]
+
+
+# ---------------------------------------------------------------------------------------
+# kernel families: per-plan choice, the decode-once kernel's workspace
+
+A16 = "sm90_nvfp4_grouped_gemm_a16"
+A16_WORKSPACE = Workspace(
+    bytes_per_block=512, activation_bytes_per_element=2, activation_k_multiple=128, zero_once=True
+)
+A16_EXTRA = {"family": A16, "workspace": A16_WORKSPACE, "cooperative": 1}
+
+
+@pytest.fixture(scope="module")
+def hopper_artifacts(tmp_path_factory) -> Path:
+    """sm_90a with both families, as the committed artifacts have them."""
+    directory = tmp_path_factory.mktemp("hopper")
+    write_synthetic(
+        directory,
+        [("sm_90a", 8), ("sm_90a", 120), ("sm_90a", 8, A16_EXTRA), ("sm_90a", 120, A16_EXTRA)],
+    )
+    return directory
+
+
+@pytest.fixture
+def hopper_fake(hopper_artifacts):
+    manifest = loader.load_manifest(hopper_artifacts)
+    with installed(FakeDriver(capability=(9, 0), kernel_params=kernel_params_of(manifest))) as fake:
+        yield fake
+
+
+def _benchmark_sizes():
+    cases = json.loads((REPO / "tests" / "data" / "shapes.json").read_text())["benchmarks"]
+    return [list(zip(c["m"], c["n"], c["k"])) for c in cases]
+
+
+def test_family_rule_on_the_measured_benchmarks():
+    """H200 (docs/hopper_kernel_notes.md): decoding once was faster on benchmarks 0 and 1
+    (groups 4096 / 7168 wide, k 7168 / 2048), slower on 2 (3072 wide) and 3 (k 1536)."""
+    from nvfp4_aot.selection import activations_once_pays
+
+    assert [activations_once_pays(sizes) for sizes in _benchmark_sizes()] == [
+        True, True, False, False]  # fmt: skip
+    assert activations_once_pays([(128, 4096, 2048)] * 8)
+    assert not activations_once_pays([(512, 2048, 7168)] * 8)  # narrow groups
+    assert not activations_once_pays([(512, 4096, 1024)] * 8)  # short K
+
+
+def test_plan_picks_the_family_per_problem(hopper_fake, hopper_artifacts):
+    wide, _wide2, narrow, _short = _benchmark_sizes()
+    with plan.GroupedGemmPlan(wide, artifacts=hopper_artifacts) as p:
+        assert p.family == A16
+        assert {launch.name for launch in p.variants} == {f"{A16}.sm_90a.g8"}
+    with plan.GroupedGemmPlan(narrow, artifacts=hopper_artifacts) as p:
+        assert p.family == "sm90_nvfp4_grouped_gemm"
+    with plan.GroupedGemmPlan(wide, artifacts=hopper_artifacts, kernel=FAMILY["sm_90a"]) as p:
+        assert p.family == FAMILY["sm_90a"]
+    with pytest.raises(InvalidProblemError, match=f"kernel 'nope' is not baked.*{A16}"):
+        plan.GroupedGemmPlan(wide, artifacts=hopper_artifacts, kernel="nope")
+    with pytest.raises(InvalidProblemError, match="sm100_nvfp4_grouped_gemm' is not baked"):
+        plan.GroupedGemmPlan(wide, artifacts=hopper_artifacts, kernel="sm100_nvfp4_grouped_gemm")
+
+
+def test_decode_once_workspace_is_sized_for_every_sub_launch_and_zeroed(
+    hopper_fake, hopper_artifacts
+):
+    """121 groups: two sub-launches of different grids share one workspace, which holds
+    the larger one's descriptors + FP16 scratch; both workspaces (eager, graph) start
+    zeroed (the kernel's grid-barrier counter) before anything can launch."""
+    hopper_fake.alloc_fill = 0xA5
+    sizes = [(40, 256, 224)] * 120 + [(300, 4096, 4128)]
+    with plan.GroupedGemmPlan(sizes, artifacts=hopper_artifacts, kernel=A16) as p:
+        first, second = p.launches
+        assert (first.persistent_blocks, second.persistent_blocks) == (132, 96)
+        need_first = 132 * 512 + 120 * 40 * 256 * 2  # k 224 pads to 256
+        need_second = 96 * 512 + 300 * 4224 * 2  # k 4128 pads to 4224
+        assert need_second > need_first
+        assert p.workspace_bytes == -(-need_second // 128) * 128
+        names = hopper_fake.names()
+        assert names.index("cuMemsetD8") < names.index("cuCtxSynchronize")
+        inputs = p.kernel_inputs(0)
+        for workspace in (inputs[0]["tensormap_workspace"],
+                          p.kernel_inputs(p.graph_slot)[0]["tensormap_workspace"]):  # fmt: skip
+            assert hopper_fake.read(workspace, p.workspace_bytes) == bytes(p.workspace_bytes)
+        assert inputs[0]["tensormap_workspace"] == inputs[1]["tensormap_workspace"]
+        p.run(*operands_for(sizes))
+        assert [dict(launch.attributes)[2].cooperative for launch in hopper_fake.launches] == [1, 1]
+
+
+def test_per_cta_family_workspace_is_descriptors_only(hopper_fake, hopper_artifacts):
+    hopper_fake.alloc_fill = 0xA5
+    sizes = [(128, 4096, 512)] * 3
+    with plan.GroupedGemmPlan(sizes, artifacts=hopper_artifacts, kernel=FAMILY["sm_90a"]) as p:
+        assert p.workspace_bytes == 96 * 512
+        assert "cuMemsetD8" not in hopper_fake.names()
+
+
+def test_workspace_field_round_trips_and_is_checked(tmp_path):
+    manifest = write_synthetic(tmp_path / "a", [("sm_90a", 8, A16_EXTRA), ("sm_90a", 120)])
+    again = Manifest.from_json(manifest.to_json())
+    assert again.variants[0].workspace == A16_WORKSPACE
+    assert again.variants[1].workspace == Workspace()
+    assert A16_WORKSPACE.bytes_for([(3, 64, 130, 1), (1, 8, 128)], 2) == 2 * 512 + (3 * 256 + 128) * 2
+    raw = json.loads(manifest.to_json())
+    raw["variants"][0]["workspace"]["zero_once"] = 1
+    with pytest.raises(ArtifactError, match=r"variants\[0\]\.workspace\.zero_once: expected bool"):
+        Manifest.from_json(json.dumps(raw))
+    raw["variants"][0]["workspace"] = {"activation_k_multiple": 0}
+    with pytest.raises(ArtifactError, match="activation_k_multiple must be >= 1"):
+        Manifest.from_json(json.dumps(raw))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import CaptureError
-from ..kernels import ARCH_COMPUTE_CAPABILITY, family_for_arch
+from ..kernels import ARCH_COMPUTE_CAPABILITY, family_named
 from ..manifest import MANIFEST_NAME, SCHEMA_VERSION, Manifest, Variant, read_manifest
 from .capture import ExportedKernel, capture_launch
 
@@ -48,6 +48,7 @@ def cubin_file_name(family: str, arch: str, num_groups: int) -> str:
 class CompiledVariant:
     """A variant compiled by the DSL: the exported host object, cubin and PTX."""
 
+    family: str
     arch: str
     num_groups: int
     exported: ExportedKernel
@@ -55,10 +56,12 @@ class CompiledVariant:
     compile_seconds: float
 
 
-def compile_variant(arch: str, num_groups: int, workdir: Path) -> CompiledVariant:
+def compile_variant(family_name: str, arch: str, num_groups: int, workdir: Path) -> CompiledVariant:
     """Compile one variant in a child process (the DSL reads its target from the environment)."""
-    family = family_for_arch(arch)
-    prefix = f"nvfp4_{arch}_g{num_groups}"
+    family = family_named(family_name)
+    if arch not in family.archs:
+        raise CaptureError(f"kernel family {family.name} does not serve {arch} ({family.archs})")
+    prefix = f"nvfp4_{family.name}_{arch}_g{num_groups}"
     out = workdir / prefix
     run = subprocess.run(
         [sys.executable, "-m", "nvfp4_aot.bake.compile_one", family.module, arch,
@@ -83,13 +86,13 @@ def compile_variant(arch: str, num_groups: int, workdir: Path) -> CompiledVarian
         prefix=prefix,
     )
     return CompiledVariant(
-        arch, num_groups, exported, tuple(result["tile_mnk"]), result["compile_seconds"]
+        family.name, arch, num_groups, exported, tuple(result["tile_mnk"]), result["compile_seconds"]
     )
 
 
 def describe_variant(compiled: CompiledVariant, workdir: Path, seed: int = 0) -> Variant:
     """Capture the launch ABI of a compiled variant and describe it for the manifest."""
-    family = family_for_arch(compiled.arch)
+    family = family_named(compiled.family)
     launch = capture_launch(compiled.exported, workdir, seed=seed)
     compute_capability = ARCH_COMPUTE_CAPABILITY[compiled.arch]
     if launch.sm != compute_capability[0] * 10 + compute_capability[1]:
@@ -114,12 +117,13 @@ def describe_variant(compiled: CompiledVariant, workdir: Path, seed: int = 0) ->
         launch_attributes=launch.launch_attributes,
         function_attributes=launch.function_attributes,
         registers=launch.registers,
+        workspace=family.workspace,
     )
 
 
-def bake_variant(arch: str, num_groups: int, workdir: Path) -> BakedVariant:
+def bake_variant(family_name: str, arch: str, num_groups: int, workdir: Path) -> BakedVariant:
     """Compile, capture and describe one variant."""
-    compiled = compile_variant(arch, num_groups, workdir)
+    compiled = compile_variant(family_name, arch, num_groups, workdir)
     variant = describe_variant(compiled, compiled.exported.object_file.parent.parent)
     return BakedVariant(variant, compiled.exported.cubin.read_bytes(), compiled.compile_seconds)
 

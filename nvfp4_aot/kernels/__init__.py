@@ -1,12 +1,15 @@
 """Kernel families: CuTe DSL sources, imported only by the build step.
 
-This ``__init__`` imports nothing from the DSL: it only names the families so that the
-build and the runtime agree on which architectures each one serves.
+This ``__init__`` imports nothing from the DSL: it only names the families, the
+architectures each one serves and the workspace each one needs, so that the build,
+the kernels and the runtime agree.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from ..manifest import Workspace
 
 
 @dataclass(frozen=True)
@@ -14,6 +17,7 @@ class KernelFamily:
     name: str
     module: str  # imported in a child process by nvfp4_aot.bake.compile_one
     archs: tuple[str, ...]
+    workspace: Workspace = Workspace()
 
 
 FAMILIES = (
@@ -21,16 +25,38 @@ FAMILIES = (
         "sm100_nvfp4_grouped_gemm", "nvfp4_aot.kernels.sm100_grouped_gemm", ("sm_100a", "sm_103a")
     ),
     KernelFamily("sm90_nvfp4_grouped_gemm", "nvfp4_aot.kernels.sm90_grouped_gemm", ("sm_90a",)),
+    # Decodes the activations once per launch into an FP16 scratch after the
+    # tensormaps (m x ceil(k / 128) x 128 values per group); its grid-barrier
+    # counter lives in an unused descriptor slot and must start zeroed.
+    KernelFamily(
+        "sm90_nvfp4_grouped_gemm_a16",
+        "nvfp4_aot.kernels.sm90_grouped_gemm_a16",
+        ("sm_90a",),
+        Workspace(
+            bytes_per_block=4 * 128,
+            activation_bytes_per_element=2,
+            activation_k_multiple=128,
+            zero_once=True,
+        ),
+    ),
 )
 
 # Compute capability (major, minor) each arch's cubin runs on: 'a' targets run only there.
 ARCH_COMPUTE_CAPABILITY = {"sm_90a": (9, 0), "sm_100a": (10, 0), "sm_103a": (10, 3)}
 
 
-def family_for_arch(arch: str) -> KernelFamily:
-    """The kernel family that serves ``arch``; ValueError naming the known archs otherwise."""
+def families_for_arch(arch: str) -> tuple[KernelFamily, ...]:
+    """The kernel families that serve ``arch``; ValueError naming the known archs otherwise."""
+    found = tuple(family for family in FAMILIES if arch in family.archs)
+    if not found:
+        known = ", ".join(f"{a} ({f.name})" for f in FAMILIES for a in f.archs)
+        raise ValueError(f"no kernel family supports arch {arch!r}; known: {known}")
+    return found
+
+
+def family_named(name: str) -> KernelFamily:
+    """The family called ``name``; ValueError naming the known families otherwise."""
     for family in FAMILIES:
-        if arch in family.archs:
+        if family.name == name:
             return family
-    known = ", ".join(f"{a} ({f.name})" for f in FAMILIES for a in f.archs)
-    raise ValueError(f"no kernel family supports arch {arch!r}; known: {known}")
+    raise ValueError(f"no kernel family {name!r}; known: {', '.join(f.name for f in FAMILIES)}")

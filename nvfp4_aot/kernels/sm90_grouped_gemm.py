@@ -322,6 +322,85 @@ def make_sf_tensor(ptr: cute.Pointer, rows, k):
     )
 
 
+def consumer_mma(tidx, s_act):
+    """The consumers' RS wgmma (weights in registers x FP16 activations in smem).
+
+    Returns (tiled_mma, tCrB, tCrA_sets, tCrA_regs, acc, tCcC): the B fragments of
+    ``s_act`` (TILE_M, TILE_K, buffers), two weight register sets (even / odd K
+    tiles: one is read by the wgmma in flight while the other is decoded) with
+    their Int32 views, the C^T accumulator and its tile-relative (n, m) coordinates.
+    """
+    tiled_mma = sm90_utils.make_trivial_tiled_mma(
+        cutlass.Float16,
+        cutlass.Float16,
+        cute.nvgpu.OperandMajorMode.K,
+        cute.nvgpu.OperandMajorMode.K,
+        cutlass.Float32,
+        (TILE_N // 64, 1, 1),
+        tiler_mn=(64, TILE_M),
+        a_source=warpgroup.OperandSource.RMEM,
+    )
+    thr_mma = tiled_mma.get_slice(tidx)
+    tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(s_act))
+    # (MMA, MMA_M, MMA_K)
+    tCrA0 = tiled_mma.make_fragment_A(thr_mma.partition_shape_A((TILE_N, TILE_K)))
+    tCrA1 = tiled_mma.make_fragment_A(thr_mma.partition_shape_A((TILE_N, TILE_K)))
+    tCrA_regs = (
+        cute.recast_tensor(tCrA0, cutlass.Int32),
+        cute.recast_tensor(tCrA1, cutlass.Int32),
+    )
+    # (MMA, MMA_M, MMA_N): C^T tile, rows along n, columns along m
+    acc = cute.make_rmem_tensor(thr_mma.partition_shape_C((TILE_N, TILE_M)), cutlass.Float32)
+    tCcC = thr_mma.partition_C(cute.make_identity_tensor((TILE_N, TILE_M)))
+    return tiled_mma, tCrB, (tCrA0, tCrA1), tCrA_regs, acc, tCcC
+
+
+def pingpong_barriers(warp_idx):
+    """(warpgroup, all-consumer barrier, own turn barrier, other's turn barrier):
+    warpgroup w waits on named barrier 2 + w and signals 3 - w."""
+    wg = warp_idx // 4
+    return (
+        wg,
+        pipeline.NamedBarrier(barrier_id=1, num_threads=NUM_CONSUMER_THREADS),
+        pipeline.NamedBarrier(barrier_id=2 + wg, num_threads=NUM_CONSUMER_THREADS),
+        pipeline.NamedBarrier(barrier_id=3 - wg, num_threads=NUM_CONSUMER_THREADS),
+    )
+
+
+def thread_offsets(tidx):
+    """(chunk, chunk_sf_off, w_raw_off, w_sf_off) of a consumer thread.
+
+    The thread reads raw bytes [16 chunk, 16 chunk + 16) of its rows.  Blocked scale
+    layout: the scales of groups 2c, 2c+1 of row r are the two bytes at
+    (c // 2) * 512 + (r % 32) * 16 + ((r // 32) % 4) * 4 + 2 (c % 2).  Its weight
+    rows are w_row and w_row + 8 of the tile (wgmma A fragment rows).
+    """
+    lane = tidx % 32
+    chunk = lane % 4
+    chunk_sf_off = (chunk // 2) * 512 + (chunk % 2) * 2
+    w_row = (tidx // 128) * 64 + ((tidx % 128) // 32) * 16 + lane // 4
+    w_raw_off = w_row * _TILE_KB + chunk * 16
+    w_sf_off = chunk_sf_off + (w_row % 32) * 16 + ((w_row // 32) % 4) * 4
+    return chunk, chunk_sf_off, w_raw_off, w_sf_off
+
+
+@cute.jit
+def store_tile(acc, tCcC, c_address, m, n, coord_m, coord_n):
+    """Epilogue: C[m, n] = 2^14 * acc[n, m] -> FP16, element-wise guarded for the
+    M/N residues."""
+    mC = cute.make_tensor(
+        cute.make_ptr(cutlass.Float16, c_address, cute.AddressSpace.gmem, assumed_align=2),
+        cute.make_layout((m, n), stride=(n, 1)),
+    )
+    gC = cute.local_tile(mC, (TILE_M, TILE_N), (coord_m, coord_n))
+    residue_m = m - coord_m * TILE_M
+    residue_n = n - coord_n * TILE_N
+    for i in cutlass.range_constexpr(cute.size(acc)):
+        row_n, col_m = tCcC[i]
+        if col_m < residue_m and row_n < residue_n:
+            gC[col_m, row_n] = cutlass.Float16(acc[i] * ACC_RESCALE)
+
+
 # ---------------------------------------------------------------------------
 # Kernel
 # ---------------------------------------------------------------------------
@@ -585,43 +664,10 @@ def kernel(
     # does not matter: the activations use the same decode_word).
     #
     if warp_idx < NUM_CONSUMER_WARPS:
-        tiled_mma = sm90_utils.make_trivial_tiled_mma(
-            cutlass.Float16,
-            cutlass.Float16,
-            cute.nvgpu.OperandMajorMode.K,
-            cute.nvgpu.OperandMajorMode.K,
-            cutlass.Float32,
-            (TILE_N // 64, 1, 1),
-            tiler_mn=(64, TILE_M),
-            a_source=warpgroup.OperandSource.RMEM,
-        )
-        thr_mma = tiled_mma.get_slice(tidx)
         # (MMA, MMA_N, MMA_K, DEC_BUF)
-        tCsB = thr_mma.partition_B(sA_dec)
-        tCrB = tiled_mma.make_fragment_B(tCsB)
-        # Two register sets for the weights (even / odd K tiles): one is read
-        # by the wgmma in flight while the other is decoded.
-        # (MMA, MMA_M, MMA_K)
-        tCrA0 = tiled_mma.make_fragment_A(thr_mma.partition_shape_A((TILE_N, TILE_K)))
-        tCrA1 = tiled_mma.make_fragment_A(thr_mma.partition_shape_A((TILE_N, TILE_K)))
-        tCrA_sets = (tCrA0, tCrA1)
-        tCrA_regs = (
-            cute.recast_tensor(tCrA0, cutlass.Int32),
-            cute.recast_tensor(tCrA1, cutlass.Int32),
-        )
-        num_k_blocks = cute.size(tCrA0, mode=[2])
-        # (MMA, MMA_M, MMA_N): C^T tile, rows along n, columns along m
-        acc = cute.make_rmem_tensor(
-            thr_mma.partition_shape_C((TILE_N, TILE_M)), cutlass.Float32
-        )
-        # Tile-relative (n, m) of every accumulator element.
-        tCcC = thr_mma.partition_C(cute.make_identity_tensor((TILE_N, TILE_M)))
-
-        consumer_bar = pipeline.NamedBarrier(barrier_id=1, num_threads=NUM_CONSUMER_THREADS)
-        # Ping-pong turn barriers: warpgroup w waits on 2 + w, signals 3 - w.
-        wg = warp_idx // 4
-        my_turn_bar = pipeline.NamedBarrier(barrier_id=2 + wg, num_threads=NUM_CONSUMER_THREADS)
-        other_turn_bar = pipeline.NamedBarrier(barrier_id=3 - wg, num_threads=NUM_CONSUMER_THREADS)
+        tiled_mma, tCrB, tCrA_sets, tCrA_regs, acc, tCcC = consumer_mma(tidx, sA_dec)
+        num_k_blocks = cute.size(tCrA_sets[0], mode=[2])
+        wg, consumer_bar, my_turn_bar, other_turn_bar = pingpong_barriers(warp_idx)
         consumer_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Consumer, NUM_STAGES
         )
@@ -633,15 +679,7 @@ def kernel(
         a_dec_base = storage.sA_dec.data_ptr().toint()
         full_bar_base = storage.ab_mbar_ptr.data_ptr().toint()
 
-        # Blocked scale layout: the scales of groups 2c, 2c+1 of row r are the
-        # two bytes at (c // 2) * 512 + (r % 32) * 16 + ((r // 32) % 4) * 4 + 2 (c % 2).
-        lane = tidx % 32
-        chunk = lane % 4
-        chunk_sf_off = (chunk // 2) * 512 + (chunk % 2) * 2
-        # Weights: rows w_row and w_row + 8 of the tile (wgmma A fragment rows).
-        w_row = (tidx // 128) * 64 + ((tidx % 128) // 32) * 16 + lane // 4
-        w_raw_off = w_row * _TILE_KB + chunk * 16
-        w_sf_off = chunk_sf_off + (w_row % 32) * 16 + ((w_row // 32) % 4) * 4
+        chunk, chunk_sf_off, w_raw_off, w_sf_off = thread_offsets(tidx)
         # Activations: task i is row a_row + 64 i, bytes [16 c, 16 c + 16).
         a_row = tidx // 4
         a_raw_off = a_row * _TILE_KB + chunk * 16
@@ -748,22 +786,7 @@ def kernel(
                 warpgroup.wait_group(0)
                 consumer_bar.arrive_and_wait()
 
-                #
-                # Epilogue: C[m, n] = 2^14 * acc[n, m] -> FP16, element-wise
-                # guarded for M/N residues.
-                #
-                mC = cute.make_tensor(
-                    cute.make_ptr(cutlass.Float16, tensor_of_abc_ptrs[group_idx, 2],
-                                  cute.AddressSpace.gmem, assumed_align=2),
-                    cute.make_layout((m, n), stride=(n, 1)),
-                )
-                gC = cute.local_tile(mC, (TILE_M, TILE_N), (coord_m, coord_n))
-                residue_m = m - coord_m * TILE_M
-                residue_n = n - coord_n * TILE_N
-                for i in cutlass.range_constexpr(cute.size(acc)):
-                    row_n, col_m = tCcC[i]
-                    if col_m < residue_m and row_n < residue_n:
-                        gC[col_m, row_n] = cutlass.Float16(acc[i] * ACC_RESCALE)
+                store_tile(acc, tCcC, tensor_of_abc_ptrs[group_idx, 2], m, n, coord_m, coord_n)
                 tile_idx += 1
 
 
@@ -772,18 +795,11 @@ def kernel(
 # ---------------------------------------------------------------------------
 
 
-@cute.jit
-def grouped_gemm_host(
-    ptr_of_tensor_of_problem_sizes: cute.Pointer,
-    ptr_of_tensor_of_abc_ptrs: cute.Pointer,
-    ptr_of_tensor_of_sfasfb_ptrs: cute.Pointer,
-    ptr_of_tensor_of_cta_prefix: cute.Pointer,
-    ptr_of_tensor_of_tensormap: cute.Pointer,
-    total_num_clusters: cutlass.Int32,
-    persistent_blocks: cutlass.Int32,
-    num_groups: cutlass.Constexpr[int],
+def host_operands(
+    ptr_of_tensor_of_problem_sizes, ptr_of_tensor_of_abc_ptrs, ptr_of_tensor_of_sfasfb_ptrs,
+    ptr_of_tensor_of_cta_prefix, ptr_of_tensor_of_tensormap, persistent_blocks, num_groups,
 ):
-    """Launch the Hopper NVFP4 grouped GEMM (same ABI shape as the sm_100a kernel)."""
+    """The kernel's arguments (all but num_groups) from the host launcher's inputs."""
     tensor_of_abc_ptrs = cute.make_tensor(
         ptr_of_tensor_of_abc_ptrs, cute.make_layout((num_groups, 3), stride=(3, 1))
     )
@@ -830,20 +846,32 @@ def grouped_gemm_host(
         g2s, fake_sfb, sf_smem_layout, (256, _SF_HALVES, 1)
     )
 
+    return (
+        tma_atom_a, tma_tensor_a, tma_atom_b, tma_tensor_b,
+        tma_atom_sfa, tma_tensor_sfa, tma_atom_sfb, tma_tensor_sfb,
+        tensor_of_abc_ptrs, tensor_of_sfasfb_ptrs, tensor_of_tensormap,
+        tensor_of_problem_sizes, tensor_of_cta_prefix,
+    )
+
+
+@cute.jit
+def grouped_gemm_host(
+    ptr_of_tensor_of_problem_sizes: cute.Pointer,
+    ptr_of_tensor_of_abc_ptrs: cute.Pointer,
+    ptr_of_tensor_of_sfasfb_ptrs: cute.Pointer,
+    ptr_of_tensor_of_cta_prefix: cute.Pointer,
+    ptr_of_tensor_of_tensormap: cute.Pointer,
+    total_num_clusters: cutlass.Int32,
+    persistent_blocks: cutlass.Int32,
+    num_groups: cutlass.Constexpr[int],
+):
+    """Launch the Hopper NVFP4 grouped GEMM (same ABI shape as the sm_100a kernel)."""
     kernel(
-        tma_atom_a,
-        tma_tensor_a,
-        tma_atom_b,
-        tma_tensor_b,
-        tma_atom_sfa,
-        tma_tensor_sfa,
-        tma_atom_sfb,
-        tma_tensor_sfb,
-        tensor_of_abc_ptrs,
-        tensor_of_sfasfb_ptrs,
-        tensor_of_tensormap,
-        tensor_of_problem_sizes,
-        tensor_of_cta_prefix,
+        *host_operands(
+            ptr_of_tensor_of_problem_sizes, ptr_of_tensor_of_abc_ptrs,
+            ptr_of_tensor_of_sfasfb_ptrs, ptr_of_tensor_of_cta_prefix,
+            ptr_of_tensor_of_tensormap, persistent_blocks, num_groups,
+        ),
         num_groups,
     ).launch(
         grid=(persistent_blocks, 1, 1),

@@ -1,0 +1,65 @@
+"""Which kernel family a plan runs when several serve its device.
+
+On sm_90a two families share one ABI: ``sm90_nvfp4_grouped_gemm`` decodes the
+activation rows of every tile in the CTA that computes it, ``..._a16`` decodes all
+activations once per launch into an FP16 scratch (a grid-wide first phase) and
+loads them by TMA. The second saves decode work in proportion to how many N tiles
+reuse each activation row, and costs its first phase, a grid barrier and the
+scratch traffic; it pays on large launches whose groups are wide. The thresholds
+come from H200 measurements (``docs/hopper_kernel_notes.md``, ``bench/`` logs).
+"""
+
+from __future__ import annotations
+
+from .errors import InvalidProblemError
+from .manifest import Variant
+
+# Decoding once pays when each decoded activation row is reused by many N tiles (the
+# per-CTA kernel decodes it once per N tile) and K is long enough to amortise the first
+# phase and the grid barrier. H200, 32 shapes (bench/data/family_choice_shapes.json and
+# the benchmarks, docs/hopper_kernel_notes.md): groups >= 4096 wide with k >= 2048 ran
+# 4-20 % faster decoding once, every one of them; narrower groups (n = 2048, 3072) or
+# shorter K were within -6 / +13 % (64 x (256, 2048, 4096): +13 %, the FP16 scratch no
+# longer stays in L2), so they keep the per-CTA decode.
+MIN_N_TILES_PER_GROUP = 32
+MIN_K = 2048
+_TILE_N = 128
+
+
+def decodes_activations_once(variants: list[Variant]) -> bool:
+    return any(v.workspace.activation_bytes_per_element for v in variants)
+
+
+def activations_once_pays(problem_sizes) -> bool:
+    """Whether decoding the activations once per launch is expected to be faster.
+
+    Means are weighted by each group's activation elements (m x k).
+    """
+    weight = sum(m * k for m, _n, k, *_ in problem_sizes)
+    if weight == 0:
+        return False
+    n_tiles = sum(m * k * -(-n // _TILE_N) for m, n, k, *_ in problem_sizes) / weight
+    k_mean = sum(m * k * k for m, _n, k, *_ in problem_sizes) / weight
+    return n_tiles >= MIN_N_TILES_PER_GROUP and k_mean >= MIN_K
+
+
+def choose_family(variants: list[Variant], problem_sizes, requested: str | None = None) -> str:
+    """The family a plan over ``problem_sizes`` uses among ``variants`` (one device's).
+
+    ``requested`` forces a family; it must be one of those baked for the device.
+    """
+    families: dict[str, list[Variant]] = {}
+    for v in variants:
+        families.setdefault(v.family, []).append(v)
+    if requested is not None:
+        if requested not in families:
+            raise InvalidProblemError(
+                f"kernel {requested!r} is not baked for this device; it has "
+                f"{', '.join(sorted(families))}"
+            )
+        return requested
+    plain = [f for f, vs in families.items() if not decodes_activations_once(vs)]
+    once = [f for f, vs in families.items() if decodes_activations_once(vs)]
+    if once and (not plain or activations_once_pays(problem_sizes)):
+        return sorted(once)[0]
+    return sorted(plain)[0]
