@@ -5,7 +5,7 @@ activation rows of every tile in the CTA that computes it, ``..._a16`` decodes a
 activations once per launch into an FP16 scratch (a grid-wide first phase) and
 loads them by TMA. The second saves decode work in proportion to how many N tiles
 reuse each activation row, and costs its first phase, a grid barrier and the
-scratch traffic; it pays on large launches whose groups are wide. The thresholds
+scratch traffic; it pays when the groups are wide and K is long. The thresholds
 come from H200 measurements (``docs/hopper_kernel_notes.md``, ``bench/`` logs).
 """
 
