@@ -352,3 +352,25 @@ def test_python_dash_m_entry_point():
     )
     assert result.returncode == 0
     assert "nvfp4-aot" in result.stdout
+
+
+def test_kernel_option_runs_each_case_with_each_family(use_driver):
+    use_driver(ComputingDriver())
+    families = ["sm90_nvfp4_grouped_gemm", "sm90_nvfp4_grouped_gemm_a16"]
+    args = ["--shape", "96,128,128", "--shape", "128,256,512", "--json"]
+    result = invoke("verify", *args, "--kernel", families[0], "--kernel", families[1])
+    assert result.exit_code == 0, result.output
+    cases = json.loads(result.stdout)["cases"]
+    assert [c["variants"] for c in cases] == [[f"{f}.sm_90a.g8"] for f in families]
+    result = invoke("bench", *args, "--repeats", "2", "--kernel", families[1])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["cases"][0]["variants"] == [f"{families[1]}.sm_90a.g8"]
+
+
+def test_unknown_kernel_family_is_a_clean_error(use_driver):
+    use_driver(ComputingDriver())
+    result = invoke("verify", "--shape", "96,128,128", "--kernel", "sm90_nope")
+    assert result.exit_code != 0
+    assert "kernel 'sm90_nope' is not baked for this device" in result.output
+    assert "sm90_nvfp4_grouped_gemm_a16" in result.output
+    assert "Traceback" not in result.output
