@@ -176,6 +176,24 @@ def _unpack(res, n, loc, ip):
     ]
 
 
+def _asm(ptx, constraints, operands, loc, ip):
+    """Inline PTX without results, ordered with every other memory access."""
+    llvm.inline_asm(
+        None, operands, ptx, constraints + ",~{memory}" if constraints else "~{memory}",
+        has_side_effects=True, is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip,
+    )
+
+
+def _asm_i32(ptx, constraints, operands, loc, ip):
+    """Inline PTX with one 32-bit result, never reordered or dropped."""
+    return cutlass.Int32(llvm.inline_asm(
+        cutlass.Int32.mlir_type, operands, ptx, constraints,
+        has_side_effects=True, is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip,
+    ))
+
+
 @dsl_user_op
 def lds_v4(addr: cutlass.Int32, *, loc=None, ip=None):
     """16-byte shared load -> 4 Int32."""
@@ -191,22 +209,12 @@ def lds_v4(addr: cutlass.Int32, *, loc=None, ip=None):
 @dsl_user_op
 def lds_u16(addr: cutlass.Int32, *, loc=None, ip=None) -> cutlass.Int32:
     """2-byte shared load, zero extended."""
-    return cutlass.Int32(llvm.inline_asm(
-        cutlass.Int32.mlir_type, [_i32(addr, loc, ip)],
-        "ld.shared.u16 $0, [$1];", "=r,r,~{memory}",
-        has_side_effects=True, is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip,
-    ))
+    return _asm_i32("ld.shared.u16 $0, [$1];", "=r,r,~{memory}", [_i32(addr, loc, ip)], loc, ip)
 
 
 @dsl_user_op
 def sts_b32(addr: cutlass.Int32, val: cutlass.Int32, *, loc=None, ip=None) -> None:
-    llvm.inline_asm(
-        None, [_i32(addr, loc, ip), _i32(val, loc, ip)],
-        "st.shared.b32 [$0], $1;", "r,r,~{memory}",
-        has_side_effects=True, is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip,
-    )
+    _asm("st.shared.b32 [$0], $1;", "r,r", [_i32(addr, loc, ip), _i32(val, loc, ip)], loc, ip)
 
 
 @dsl_user_op
@@ -248,12 +256,7 @@ mbarrier.try_wait.parity.shared::cta.b64 P1, [$0], $1, 0;
 
 @dsl_user_op
 def mbar_wait_nohint(addr: cutlass.Int32, phase: cutlass.Int32, *, loc=None, ip=None) -> None:
-    llvm.inline_asm(
-        None, [_i32(addr, loc, ip), _i32(phase, loc, ip)],
-        _FULL_WAIT_PTX, "r,r,~{memory}",
-        has_side_effects=True, is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip,
-    )
+    _asm(_FULL_WAIT_PTX, "r,r", [_i32(addr, loc, ip), _i32(phase, loc, ip)], loc, ip)
 
 
 def _consumer_wait(full_bar_base, state):

@@ -34,7 +34,6 @@ few microseconds, so the runtime picks between the two kernels per plan.
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
-from cutlass._mlir.dialects import llvm
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.cute.runtime import make_ptr
 from cutlass.cutlass_dsl import dsl_user_op
@@ -58,6 +57,8 @@ from .sm90_grouped_gemm import (
     TILE_K,
     TILE_M,
     TILE_N,
+    _asm,
+    _asm_i32,
     _consumer_wait,
     _decode_weights,
     _i32,
@@ -100,24 +101,10 @@ def _i64(v, loc, ip):
     return cutlass.Int64(v).ir_value(loc=loc, ip=ip)
 
 
-def _asm(ptx, constraints, operands, loc, ip):
-    """Inline PTX without results, ordered with every other memory access."""
-    llvm.inline_asm(
-        None, operands, ptx, constraints + ",~{memory}" if constraints else "~{memory}",
-        has_side_effects=True, is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip,
-    )
-
-
 @dsl_user_op
 def ldg_b32(addr: cutlass.Int64, *, loc=None, ip=None) -> cutlass.Int32:
     """4-byte read-only global load."""
-    return cutlass.Int32(llvm.inline_asm(
-        cutlass.Int32.mlir_type, [_i64(addr, loc, ip)],
-        "ld.global.nc.b32 $0, [$1];", "=r,l",
-        has_side_effects=True, is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip,
-    ))
+    return _asm_i32("ld.global.nc.b32 $0, [$1];", "=r,l", [_i64(addr, loc, ip)], loc, ip)
 
 
 @dsl_user_op
