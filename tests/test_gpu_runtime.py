@@ -147,8 +147,8 @@ def test_group_counts(device, kernel, count):
     "sizes",
     [[(1, 32, 32)], [(129, 160, 288)], [(200, 96, 96), (1, 480, 32), (255, 224, 736)],
      [(64, 128, 7168)], [(300, 4096, 256)],
-     # one long-K tile among many short ones: with the K steps split evenly over
-     # the CTAs, that tile is cut into ~19 pieces summed by the CTA that started it
+     # one 56-K-tile tile next to 32 one-K-tile tiles (a K-step-balanced schedule
+     # would cut the long tile into many pieces)
      [(128, 128, 7168), (128, 4096, 128)]],
 )  # fmt: skip
 def test_edge_shapes(device, kernel, sizes):
