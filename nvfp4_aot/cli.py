@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import click
@@ -346,6 +346,7 @@ def info(artifacts, as_json):
                 "registers": v.registers,
                 "dynamic_smem_bytes": v.dynamic_smem_bytes,
                 "block": list(v.block),
+                "workspace": asdict(v.workspace),
             }
         )
     cuda, gpus = _gpus(manifest)

@@ -144,6 +144,8 @@ def test_info_json_lists_committed_variants_without_a_driver(use_driver):
     assert {v["name"] for v in data["variants"]} == {v.name for v in MANIFEST.variants}
     assert all(v["cubin_check"] == "ok" for v in data["variants"])
     assert data["manifest"]["dsl_version"] == MANIFEST.dsl_version
+    scratch = {v["family"]: v["workspace"]["activation_bytes_per_element"] for v in data["variants"]}
+    assert scratch["sm90_nvfp4_grouped_gemm_a16"] == 2 and scratch["sm90_nvfp4_grouped_gemm"] == 0
     assert data["cuda"]["available"] is False
     assert data["cuda"]["error"].startswith("no CUDA driver")
     assert data["gpus"] == []
