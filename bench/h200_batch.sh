@@ -8,7 +8,7 @@ set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 STEPS=${STEPS:-env tests families choice cli reliability host bench sanitizer}
 FAMILIES="sm90_nvfp4_grouped_gemm sm90_nvfp4_grouped_gemm_a16"
-KERNELS="--kernel sm90_nvfp4_grouped_gemm --kernel sm90_nvfp4_grouped_gemm_a16"
+KERNELS=$(printf -- "--kernel %s " $FAMILIES)
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NVFP4_AOT_SHAPES=$PWD/tests/data/shapes.json
 SHAPES=$PWD/tests/data/shapes.json
 want() { [[ " $STEPS " == *" $1 "* ]]; }

@@ -317,6 +317,12 @@ def main():
     """Ahead-of-time compiled NVFP4 block-scaled grouped GEMM kernels."""
 
 
+def _runs(cases, kernels) -> list[tuple[int, Case, str | None]]:
+    """(case index, case, kernel family or None for the plan's pick): each case once per
+    --kernel given (the case index seeds its inputs, so every family gets the same ones)."""
+    return [(index, case, kernel) for index, case in enumerate(cases) for kernel in kernels or [None]]
+
+
 @main.command()
 @artifacts_option
 @json_option
@@ -501,7 +507,7 @@ def verify(
     cases = collect_cases(shapes_file, section, groups_json, shapes, VERIFY_DEFAULT)
     _require_device(device)
     results = []
-    runs = [(index, case, kernel) for index, case in enumerate(cases) for kernel in kernels or [None]]
+    runs = _runs(cases, kernels)
     total = sum(len(case.sizes) for _i, case, _k in runs)
     with _progress(total, "verify") as bar:
         for index, case, kernel in runs:
@@ -629,7 +635,7 @@ def bench(
     cases = collect_cases(shapes_file, section, groups_json, shapes, BENCH_DEFAULT)
     _require_device(device)
     results = []
-    runs = [(index, case, kernel) for index, case in enumerate(cases) for kernel in kernels or [None]]
+    runs = _runs(cases, kernels)
     with _progress(len(runs) * (sets + 1), "bench") as bar:
         for index, case, kernel in runs:
             rng = np.random.default_rng([seed, index])
