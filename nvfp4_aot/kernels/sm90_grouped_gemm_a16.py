@@ -18,6 +18,11 @@ activation element is decoded once per N tile of its group (32 times on a
            weights and weight scales.  The consumer warpgroups decode only their 64
            weight rows and release a stage once their wgmmas on it have retired.
 
+The tile walks read a tile table staged in shared memory with the group data (first
+tile, m, n, C of each group), and the consumers' turns run on across tiles instead of
+meeting at a barrier after each one, so a warpgroup's epilogue overlaps the other
+one's wgmmas (1 % faster over 28 H200 shapes, up to 4 % where tiles are short).
+
 Workspace of one launch with P CTAs (sizes in ``WORKSPACE``, checked at import):
   [P x 4 x 128 B  per CTA the tensormaps A16 (in the raw-A slot), B, -, SFB; the
                   unused SFA slot of CTA 0 holds the grid barrier's arrival counter
@@ -215,21 +220,32 @@ def _stage_groups(
     tensor_of_problem_sizes: cute.Tensor,
     tensor_of_abc_ptrs: cute.Tensor,
     tensor_of_sfasfb_ptrs: cute.Tensor,
+    tensor_of_cta_prefix: cute.Tensor,
     groups: tuple,
+    tiles: tuple,
     tidx: cutlass.Int32,
     num_groups: cutlass.Constexpr[int],
 ):
     """Per group into shared memory: k, the A and SFA addresses and the prefix sum of
     decode tasks (``groups`` = tasks, prefix, k, a, sfa tensors), so that phase 1 and
-    the producer find any group's data with shared-memory loads.  Walking the groups
-    through global memory cost ~1 us of dependent loads per group."""
+    the producer find any group's data with shared-memory loads; and the tile table
+    (``tiles`` = first tile of each group and the total, m, n, C address) that the
+    tile walks read.  Walking the groups through global memory cost ~1 us of
+    dependent loads per group, and a tile start waited for them."""
     s_tasks, s_prefix, s_k, s_a, s_sfa = groups
+    s_tile_prefix, s_m, s_n, s_c = tiles
     for g in cutlass.range(tidx, num_groups, THREADS, unroll=1):
+        m = tensor_of_problem_sizes[g, 0]
         k = tensor_of_problem_sizes[g, 2]
-        s_tasks[g] = tensor_of_problem_sizes[g, 0] * ceil_div(k, TILE_K) * 4
+        s_tasks[g] = m * ceil_div(k, TILE_K) * 4
         s_k[g] = k
+        s_m[g] = m
+        s_n[g] = tensor_of_problem_sizes[g, 1]
         s_a[g] = tensor_of_abc_ptrs[g, 0]
+        s_c[g] = tensor_of_abc_ptrs[g, 2]
         s_sfa[g] = tensor_of_sfasfb_ptrs[g, 0]
+    for g in cutlass.range(tidx, num_groups + 1, THREADS, unroll=1):
+        s_tile_prefix[g] = tensor_of_cta_prefix[g]
     cute.arch.barrier()
     for g in cutlass.range(tidx, num_groups + 1, THREADS, unroll=1):
         before = cutlass.Int32(0)
@@ -370,6 +386,11 @@ def kernel(
         group_tasks: cute.struct.MemRange[cutlass.Int32, num_groups]
         group_task_prefix: cute.struct.MemRange[cutlass.Int32, num_groups + 1]
         group_k: cute.struct.MemRange[cutlass.Int32, num_groups]
+        # The tile table: first tile of each group (+ total), m, n, C address.
+        group_c: cute.struct.Align[cute.struct.MemRange[cutlass.Int64, num_groups], 8]
+        group_tile_prefix: cute.struct.MemRange[cutlass.Int32, num_groups + 1]
+        group_m: cute.struct.MemRange[cutlass.Int32, num_groups]
+        group_n: cute.struct.MemRange[cutlass.Int32, num_groups]
         # FP16 activation stages (the wgmma B operand), K-major 128B-swizzled,
         # filled by two TMA boxes of 128 rows x 64 FP16 each.
         sA16: cute.struct.Align[
@@ -395,6 +416,14 @@ def kernel(
         storage.group_sfa.get_tensor(one_per_group),
     )
     s_task_prefix = groups[1]
+    tiles = (
+        storage.group_tile_prefix.get_tensor(cute.make_layout(num_groups + 1)),
+        storage.group_m.get_tensor(one_per_group),
+        storage.group_n.get_tensor(one_per_group),
+        storage.group_c.get_tensor(one_per_group),
+    )
+    s_tile_prefix, s_m, s_n, s_c = tiles
+    s_k = groups[2]
 
     # (TILE_N, TILE_K/2, STAGE)
     sB_raw = storage.sB_raw.get_tensor(
@@ -430,8 +459,8 @@ def kernel(
     # into the FP16 scratch, then a grid barrier.
     #
     _stage_groups(
-        tensor_of_problem_sizes, tensor_of_abc_ptrs, tensor_of_sfasfb_ptrs, groups, tidx,
-        num_groups,
+        tensor_of_problem_sizes, tensor_of_abc_ptrs, tensor_of_sfasfb_ptrs, tensor_of_cta_prefix,
+        groups, tiles, tidx, num_groups,
     )
     _decode_activations(groups, a16_base, bidx * THREADS + tidx, grid_dim_x * THREADS, num_groups)
     fence_proxy_async_global()
@@ -484,16 +513,16 @@ def kernel(
         )
         if tile_start < tile_end:
             tile_idx = tile_start
-            group_idx = find_group(tile_idx, tensor_of_cta_prefix, num_groups)
+            group_idx = find_group(tile_idx, s_tile_prefix, num_groups)
             prev_group_idx = cutlass.Int32(-1)
             cta_m = cutlass.Int32(1)
             k_tile_cnt = cutlass.Int32(0)
             while tile_idx < tile_end:
-                group_idx = advance_group(tile_idx, group_idx, tensor_of_cta_prefix)
+                group_idx = advance_group(tile_idx, group_idx, s_tile_prefix)
                 if group_idx != prev_group_idx:
-                    m = tensor_of_problem_sizes[group_idx, 0]
-                    n = tensor_of_problem_sizes[group_idx, 1]
-                    k = tensor_of_problem_sizes[group_idx, 2]
+                    m = s_m[group_idx]
+                    n = s_n[group_idx]
+                    k = s_k[group_idx]
                     cta_m = ceil_div(m, TILE_M)
                     k_tile_cnt = ceil_div(k, TILE_K)
                     real_b = make_ab_tensor(
@@ -527,7 +556,7 @@ def kernel(
                     fence_tmap_acquire(a16_desc_addr)
                     prev_group_idx = group_idx
 
-                cta_rest = tile_idx - tensor_of_cta_prefix[group_idx]
+                cta_rest = tile_idx - s_tile_prefix[group_idx]
                 coord_m = cta_rest % cta_m
                 coord_n = cta_rest // cta_m
                 tBgB_tile = tBgB[(None, coord_n, None)]
@@ -566,7 +595,7 @@ def kernel(
         # (MMA, MMA_N, MMA_K, STAGE)
         tiled_mma, tCrB, tCrA_sets, tCrA_regs, acc, tCcC = consumer_mma(tidx, sA16)
         num_k_blocks = cute.size(tCrA_sets[0], mode=[2])
-        wg, consumer_bar, my_turn_bar, other_turn_bar = pingpong_barriers(warp_idx)
+        wg, _consumer_bar, my_turn_bar, other_turn_bar = pingpong_barriers(warp_idx)
         consumer_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Consumer, NUM_STAGES
         )
@@ -576,22 +605,22 @@ def kernel(
 
         if tile_start < tile_end:
             tile_idx = tile_start
-            group_idx = find_group(tile_idx, tensor_of_cta_prefix, num_groups)
+            group_idx = find_group(tile_idx, s_tile_prefix, num_groups)
             prev_group_idx = cutlass.Int32(-1)
             m = cutlass.Int32(0)
             n = cutlass.Int32(0)
             cta_m = cutlass.Int32(1)
             k_tile_cnt = cutlass.Int32(0)
             while tile_idx < tile_end:
-                group_idx = advance_group(tile_idx, group_idx, tensor_of_cta_prefix)
+                group_idx = advance_group(tile_idx, group_idx, s_tile_prefix)
                 if group_idx != prev_group_idx:
-                    m = tensor_of_problem_sizes[group_idx, 0]
-                    n = tensor_of_problem_sizes[group_idx, 1]
-                    k = tensor_of_problem_sizes[group_idx, 2]
+                    m = s_m[group_idx]
+                    n = s_n[group_idx]
+                    k = s_k[group_idx]
                     cta_m = ceil_div(m, TILE_M)
                     k_tile_cnt = ceil_div(k, TILE_K)
                     prev_group_idx = group_idx
-                cta_rest = tile_idx - tensor_of_cta_prefix[group_idx]
+                cta_rest = tile_idx - s_tile_prefix[group_idx]
                 coord_m = cta_rest % cta_m
                 coord_n = cta_rest // cta_m
 
@@ -607,13 +636,14 @@ def kernel(
                 # for this warpgroup's turn, issue the 8 wgmmas on stage t's FP16
                 # activations, hand the turn over, wait for stage t + 1 and read
                 # its raw weights while the wgmmas run, retire them, release
-                # stage t.  Warpgroup 0 goes first.
+                # stage t.  Warpgroup 0 goes first; the turns run on across tiles,
+                # so each warpgroup's epilogue overlaps the other one's wgmmas.
                 for k_pair in cutlass.range((k_tile_cnt + 1) // 2, unroll=1):
                     for q in cutlass.range_constexpr(2):
                         t = k_pair * 2 + q
                         if t < k_tile_cnt:
                             _decode_weights(tCrA_regs[q], w_words, w_sfs)
-                            if t > 0 or wg == 1:
+                            if t > 0 or wg == 1 or tile_idx != tile_start:
                                 my_turn_bar.arrive_and_wait()
                             stage = consumer_state.index
                             warpgroup.fence()
@@ -626,7 +656,7 @@ def kernel(
                                     acc,
                                 )
                             warpgroup.commit_group()
-                            if t + 1 < k_tile_cnt or wg == 0:
+                            if t + 1 < k_tile_cnt or wg == 0 or tile_idx + 1 < tile_end:
                                 other_turn_bar.arrive()
                             next_state = consumer_state.clone()
                             next_state.advance()
@@ -641,9 +671,8 @@ def kernel(
                             warpgroup.wait_group(0)
                             ab_pipeline.consumer_release(consumer_state)
                             consumer_state.advance()
-                # Keep the two warpgroups' turns in phase across tiles.
-                consumer_bar.arrive_and_wait()
-                store_tile(acc, tCcC, tensor_of_abc_ptrs[group_idx, 2], m, n, coord_m, coord_n)
+                # Each warpgroup stores its own rows while the other one's wgmmas run.
+                store_tile(acc, tCcC, s_c[group_idx], m, n, coord_m, coord_n)
                 tile_idx += 1
 
 
