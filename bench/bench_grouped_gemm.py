@@ -6,8 +6,15 @@ sets rotated to defeat the L2):
   ours          nvfp4-aot grouped GEMM (FP4 x FP4 + E4M3 block scales -> FP16)
   grouped_mm    torch._grouped_mm on BF16 operands dequantized ahead of time
   naive         per group: dequantize A and B to BF16 in torch, then A @ B.T
+  dense bf16    one cuBLAS BF16 GEMM of the same FLOPs, (sum m) x n x k with one weight
+                matrix: what the tensor cores reach at this size with no grouping, no
+                padding of groups to tiles and no FP4 decode (a bound no grouped FP4
+                kernel on Hopper can beat by much)
   mem floor     bytes the FP4 kernel must move / measured device-to-device copy rate
   bf16 floor    2 * sum(m n k) / measured rate of an 8192^3 BF16 matmul
+grouped_mm and dense bf16 are replayed from CUDA graphs (their host path is slower than
+their kernels on the small shapes); ours is launched from Python, batches of 10 calls
+queued back to back (--kernel forces a family instead of the plan's choice).
 Ratios are against the BF16 floor. torch is used here only as the baseline and to make
 data; the runtime under test never imports it.
 
@@ -102,6 +109,30 @@ def time_events(fn, sets, repeats: int, per_batch: int = 10) -> list[float]:
     return [a.elapsed_time(b) / per_batch for a, b in zip(starts, ends)]
 
 
+def time_graph(fn, sets, repeats: int, per_graph: int = 10) -> list[float]:
+    """Per-call milliseconds of ``fn`` replayed from a CUDA graph of ``per_graph`` calls
+    (cycling through the input sets): the GPU time with no host launch overhead at all,
+    for baselines whose host path is slower than their kernels."""
+    for s in sets:
+        fn(s)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(per_graph):
+            fn(sets[i % len(sets)])
+    graph.replay()
+    torch.cuda.synchronize()
+    samples = max(5, repeats // per_graph)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(samples)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(samples)]
+    for start, end in zip(starts, ends):
+        start.record()
+        graph.replay()
+        end.record()
+    torch.cuda.synchronize()
+    return [a.elapsed_time(b) / per_graph for a, b in zip(starts, ends)]
+
+
 def measure_ceilings(device):
     """Copy bandwidth (bytes read + written per second) and BF16 matmul FLOP/s."""
     n = 1 << 30
@@ -119,12 +150,12 @@ def finite_or_inf(value: float) -> float:
     return value if math.isfinite(value) else float("inf")
 
 
-def bench_shape(shape, device, repeats, num_sets):
+def bench_shape(shape, device, repeats, num_sets, kernel=None):
     sizes = list(zip(shape["m"], shape["n"], shape["k"]))
     flops = sum(2 * m * n * k for m, n, k in sizes)
     min_bytes = sum(m * k // 2 + n * k // 2 + (m + n) * k // 16 + 2 * m * n for m, n, k in sizes)
     sets = [make_set(shape, device) for _ in range(num_sets)]
-    plan = GroupedGemmPlan(sizes, device=device.index or 0)
+    plan = GroupedGemmPlan(sizes, device=device.index or 0, kernel=kernel)
     stream = torch.cuda.current_stream().cuda_stream
 
     # Operands are validated once per input set (plan.pointers); the timed call is the
@@ -138,7 +169,8 @@ def bench_shape(shape, device, repeats, num_sets):
     def ours(s):
         plan.launch_pointers(validated[id(s)], stream)
 
-    row = {"name": shape.get("name", ""), "groups": len(sizes), "ours_ms": statistics.median(time_events(ours, sets, repeats))}
+    row = {"name": shape.get("name", ""), "groups": len(sizes), "kernel": plan.family,
+           "ours_ms": statistics.median(time_events(ours, sets, repeats))}  # fmt: skip
 
     # correctness spot check of ours against torch on the first set (fp32 reference of exact BF16)
     s = sets[0]
@@ -157,11 +189,20 @@ def bench_shape(shape, device, repeats, num_sets):
         stacked = [(torch.cat([d[0] for d in st]), torch.stack([d[1] for d in st])) for st in deq]
         try:
             row["grouped_mm_ms"] = statistics.median(
-                time_events(lambda i: torch._grouped_mm(stacked[i][0], stacked[i][1].transpose(-2, -1), offs=offs),
-                            list(range(num_sets)), repeats)
+                time_graph(lambda i: torch._grouped_mm(stacked[i][0], stacked[i][1].transpose(-2, -1), offs=offs),
+                           list(range(num_sets)), repeats)
             )  # fmt: skip
         except RuntimeError as exc:
             row["grouped_mm_error"] = str(exc).splitlines()[0][:100]
+    if same_nk:
+        n, k = sizes[0][1], sizes[0][2]
+        dense = [(torch.randn(sum(shape["m"]), k, dtype=torch.bfloat16, device=device),
+                  torch.randn(n, k, dtype=torch.bfloat16, device=device)) for _ in range(num_sets)]  # fmt: skip
+        outs = [torch.empty(sum(shape["m"]), n, dtype=torch.bfloat16, device=device) for _ in range(num_sets)]
+        row["dense_bf16_ms"] = statistics.median(
+            time_graph(lambda i: torch.matmul(dense[i][0], dense[i][1].T, out=outs[i]), list(range(num_sets)), repeats)
+        )  # fmt: skip
+        del dense, outs
     row["naive_ms"] = statistics.median(
         time_events(lambda st: [dequantize(a, sfa, m, k) @ dequantize(b, sfb, n, k).T for a, b, c, sfa, sfb, m, n, k in st], sets, max(10, repeats // 10))
     )  # fmt: skip
@@ -180,13 +221,14 @@ def main() -> int:
     parser.add_argument("--sets", type=int, default=4)
     parser.add_argument("--no-moe", action="store_true")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--kernel", help="force this kernel family (default: the plan's choice)")
     args = parser.parse_args()
     device = torch.device("cuda", 0)
     torch.manual_seed(0)
     shapes = [dict(s, name=f"bench{i}") for i, s in enumerate(json.loads(args.shapes.read_text())["benchmarks"])]
     if not args.no_moe:
         shapes += MOE_SHAPES
-    rows = [bench_shape(s, device, args.repeats, args.sets) for s in shapes]
+    rows = [bench_shape(s, device, args.repeats, args.sets, args.kernel) for s in shapes]
     # the ceilings last: 30 back-to-back 8192^3 matmuls leave the GPU hot, and the first
     # shape measured after them ran up to 20 % slow in earlier runs
     ceilings = measure_ceilings(device)
@@ -194,12 +236,16 @@ def main() -> int:
     for r in rows:
         r["mem_floor_ms"] = r["min_bytes"] / ceilings[0] * 1e3
         r["bf16_floor_ms"] = r["flops"] / ceilings[1] * 1e3
-    header = f"{'shape':24} {'G':>3} {'ours us':>9} {'x bf16fl':>8} {'grp_mm us':>9} {'naive us':>9} {'mem fl':>7} {'bf16 fl':>8} {'TFLOP/s':>7} {'rel err':>8}"
+    header = (f"{'shape':24} {'G':>3} {'ours us':>9} {'x bf16fl':>8} {'grp_mm us':>9} {'naive us':>9} "
+              f"{'dense us':>9} {'x bf16fl':>8} {'mem fl':>7} {'bf16 fl':>8} {'TFLOP/s':>7} {'rel err':>8}  kernel")  # fmt: skip
     print(header)
     for r in rows:
         gm = f"{r['grouped_mm_ms'] * 1e3:9.1f}" if "grouped_mm_ms" in r else f"{'n/a':>9}"
+        dense = (f"{r['dense_bf16_ms'] * 1e3:9.1f} {r['dense_bf16_ms'] / r['bf16_floor_ms']:8.2f}"
+                 if "dense_bf16_ms" in r else f"{'n/a':>9} {'':>8}")  # fmt: skip
         print(f"{r['name']:24} {r['groups']:3d} {r['ours_ms'] * 1e3:9.1f} {r['ours_ms'] / r['bf16_floor_ms']:8.2f} {gm} "
-              f"{r['naive_ms'] * 1e3:9.1f} {r['mem_floor_ms'] * 1e3:7.1f} {r['bf16_floor_ms'] * 1e3:8.1f} {r['ours_tflops']:7.0f} {r['rel_err']:8.1e}")  # fmt: skip
+              f"{r['naive_ms'] * 1e3:9.1f} {dense} {r['mem_floor_ms'] * 1e3:7.1f} {r['bf16_floor_ms'] * 1e3:8.1f} "
+              f"{r['ours_tflops']:7.0f} {r['rel_err']:8.1e}  {r['kernel']}")  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(0), "copy_Bps": ceilings[0], "bf16_flops": ceilings[1], "rows": rows}, indent=1))
     return 0
