@@ -256,6 +256,18 @@ def _stage_groups(
 
 
 @cute.jit
+def _tile_at(tile_idx: cutlass.Int32, group_idx: cutlass.Int32, tiles: tuple, s_k: cute.Tensor):
+    """(group, m, n, k, coord_m, coord_n) of tile ``tile_idx``, walking on from group
+    ``group_idx`` through the shared-memory tile table (the tiles of a CTA ascend)."""
+    s_tile_prefix, s_m, s_n, _s_c = tiles
+    group_idx = advance_group(tile_idx, group_idx, s_tile_prefix)
+    m = s_m[group_idx]
+    cta_m = ceil_div(m, TILE_M)
+    cta_rest = tile_idx - s_tile_prefix[group_idx]
+    return group_idx, m, s_n[group_idx], s_k[group_idx], cta_rest % cta_m, cta_rest // cta_m
+
+
+@cute.jit
 def _decode_activations(
     groups: tuple,
     a16_base: cutlass.Int64,
@@ -422,7 +434,7 @@ def kernel(
         storage.group_n.get_tensor(one_per_group),
         storage.group_c.get_tensor(one_per_group),
     )
-    s_tile_prefix, s_m, s_n, s_c = tiles
+    s_tile_prefix, s_c = tiles[0], tiles[3]
     s_k = groups[2]
 
     # (TILE_N, TILE_K/2, STAGE)
@@ -515,16 +527,10 @@ def kernel(
             tile_idx = tile_start
             group_idx = find_group(tile_idx, s_tile_prefix, num_groups)
             prev_group_idx = cutlass.Int32(-1)
-            cta_m = cutlass.Int32(1)
-            k_tile_cnt = cutlass.Int32(0)
             while tile_idx < tile_end:
-                group_idx = advance_group(tile_idx, group_idx, s_tile_prefix)
+                group_idx, m, n, k, coord_m, coord_n = _tile_at(tile_idx, group_idx, tiles, s_k)
+                k_tile_cnt = ceil_div(k, TILE_K)
                 if group_idx != prev_group_idx:
-                    m = s_m[group_idx]
-                    n = s_n[group_idx]
-                    k = s_k[group_idx]
-                    cta_m = ceil_div(m, TILE_M)
-                    k_tile_cnt = ceil_div(k, TILE_K)
                     real_b = make_ab_tensor(
                         cute.make_ptr(cutlass.Uint8, tensor_of_abc_ptrs[group_idx, 1],
                                       cute.AddressSpace.gmem, assumed_align=16),
@@ -556,9 +562,6 @@ def kernel(
                     fence_tmap_acquire(a16_desc_addr)
                     prev_group_idx = group_idx
 
-                cta_rest = tile_idx - s_tile_prefix[group_idx]
-                coord_m = cta_rest % cta_m
-                coord_n = cta_rest // cta_m
                 tBgB_tile = tBgB[(None, coord_n, None)]
                 tBgSFB_tile = tBgSFB[(None, 0, None, coord_n)]
                 desc_b = tensormap_manager.get_tensormap_ptr(
@@ -606,23 +609,9 @@ def kernel(
         if tile_start < tile_end:
             tile_idx = tile_start
             group_idx = find_group(tile_idx, s_tile_prefix, num_groups)
-            prev_group_idx = cutlass.Int32(-1)
-            m = cutlass.Int32(0)
-            n = cutlass.Int32(0)
-            cta_m = cutlass.Int32(1)
-            k_tile_cnt = cutlass.Int32(0)
             while tile_idx < tile_end:
-                group_idx = advance_group(tile_idx, group_idx, s_tile_prefix)
-                if group_idx != prev_group_idx:
-                    m = s_m[group_idx]
-                    n = s_n[group_idx]
-                    k = s_k[group_idx]
-                    cta_m = ceil_div(m, TILE_M)
-                    k_tile_cnt = ceil_div(k, TILE_K)
-                    prev_group_idx = group_idx
-                cta_rest = tile_idx - s_tile_prefix[group_idx]
-                coord_m = cta_rest % cta_m
-                coord_n = cta_rest // cta_m
+                group_idx, m, n, k, coord_m, coord_n = _tile_at(tile_idx, group_idx, tiles, s_k)
+                k_tile_cnt = ceil_div(k, TILE_K)
 
                 acc.fill(0.0)
                 tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
