@@ -120,17 +120,8 @@ def time_graph(fn, sets, repeats: int, per_graph: int = 10) -> list[float]:
     with torch.cuda.graph(graph):
         for i in range(per_graph):
             fn(sets[i % len(sets)])
-    graph.replay()
-    torch.cuda.synchronize()
-    samples = max(5, repeats // per_graph)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(samples)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(samples)]
-    for start, end in zip(starts, ends):
-        start.record()
-        graph.replay()
-        end.record()
-    torch.cuda.synchronize()
-    return [a.elapsed_time(b) / per_graph for a, b in zip(starts, ends)]
+    per_replay = time_events(lambda _: graph.replay(), [None], repeats // per_graph, per_batch=1)
+    return [ms / per_graph for ms in per_replay]
 
 
 def measure_ceilings(device):
