@@ -11,7 +11,8 @@ import argparse
 import json
 from collections import defaultdict
 
-from nvfp4_aot.selection import activations_once_pays
+from nvfp4_aot import loader
+from nvfp4_aot.selection import choose_family
 
 
 def describe(sizes) -> str:
@@ -35,6 +36,7 @@ def main() -> None:
     if len(families) != 2:
         raise SystemExit(f"expected two families, found {families}")
     plain, once = families  # "..._a16" sorts after its prefix
+    baked = [v for v in loader.load_manifest().variants if v.family in families]
     print(f"| case | {plain} us | {once} us | {once} / {plain} | faster | picked |")
     print("| --- | --- | --- | --- | --- | --- |")
     right = 0
@@ -43,7 +45,7 @@ def main() -> None:
             continue
         ratio = per[once] / per[plain]
         faster = once if ratio < 1 else plain
-        picked = once if activations_once_pays(sizes) else plain
+        picked = choose_family(baked, sizes)
         right += picked == faster
         mark = "" if picked == faster else " (wrong)"
         print(

@@ -66,6 +66,7 @@ t0 = time.perf_counter()
 import nvfp4_aot
 t1 = time.perf_counter()
 from nvfp4_aot import GroupedGemmPlan, driver, validation
+from nvfp4_aot.intmath import round_up
 t2 = time.perf_counter()
 driver.backend()  # imports cuda.bindings (loaded lazily by the runtime)
 t3 = time.perf_counter()
@@ -78,9 +79,9 @@ columns = [[], [], [], [], []]
 offset = 0
 for m, n, k in sizes:
     b = validation.operand_bytes(m, n, k)
-    for f, name in enumerate(("a", "b", "c", "sfa", "sfb")):
+    for f, name in enumerate(validation.OPERAND_FIELDS):
         columns[f].append(offset)
-        offset += -(-b[name] // 256) * 256
+        offset += round_up(b[name], 256)
 base = driver.mem_alloc(offset)
 driver.memset_d8(base, 0, offset)
 columns = [[base + o for o in col] for col in columns]

@@ -44,6 +44,7 @@ import sys
 import numpy as np
 
 import nvfp4_aot
+from nvfp4_aot.intmath import ceil_div
 from nvfp4_aot.layouts import scales_to_blocked
 from nvfp4_aot.reference import dequantize, relative_error
 
@@ -85,7 +86,7 @@ def to_blocked(scales):
     import torch
 
     rows, cols = scales.shape
-    row_tiles, col_tiles = -(-rows // 128), -(-cols // 4)
+    row_tiles, col_tiles = ceil_div(rows, 128), ceil_div(cols, 4)
     padded = torch.zeros((row_tiles * 128, col_tiles * 4), dtype=torch.uint8, device=scales.device)
     padded[:rows, :cols] = scales
     tiles = padded.view(row_tiles, 4, 32, col_tiles, 4).permute(0, 3, 2, 1, 4)

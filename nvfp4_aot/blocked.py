@@ -6,6 +6,8 @@ The runtime needs these sizes on its launch path, which imports no numpy;
 
 from __future__ import annotations
 
+from .intmath import round_up
+
 SF_VEC_SIZE = 16
 """Number of consecutive K elements that share one E4M3 scale."""
 
@@ -19,10 +21,6 @@ ATOM_BYTES = BLOCK_ROWS * BLOCK_COLS
 """Bytes in one blocked-scale atom (stored as 32 x 16 bytes)."""
 
 
-def ceil_to(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
-
-
 def blocked_scale_bytes(rows: int, k: int) -> int:
     """Size in bytes of the blocked scale buffer for ``rows`` rows of ``k`` elements.
 
@@ -34,4 +32,4 @@ def blocked_scale_bytes(rows: int, k: int) -> int:
         raise ValueError(f"rows must be >= 1, got {rows}")
     if k < SF_VEC_SIZE or k % SF_VEC_SIZE:
         raise ValueError(f"k must be a positive multiple of {SF_VEC_SIZE}, got {k}")
-    return ceil_to(rows, BLOCK_ROWS) * ceil_to(k // SF_VEC_SIZE, BLOCK_COLS)
+    return round_up(rows, BLOCK_ROWS) * round_up(k // SF_VEC_SIZE, BLOCK_COLS)

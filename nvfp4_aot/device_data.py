@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import driver, validation
+from .intmath import round_up
 
 ALIGN = 256  # cuMemAlloc alignment, kept for every operand inside the allocation
 NAN_F16 = 0xFFFF  # poison for C: an element the kernel leaves unwritten reads as NaN
-_FIELDS = ("a", "b", "c", "sfa", "sfb")
 
 
 class DeviceOperands:
@@ -30,9 +30,9 @@ class DeviceOperands:
         for m, n, k in self.sizes:
             nbytes = validation.operand_bytes(m, n, k)
             entry = []
-            for name in _FIELDS:
+            for name in validation.OPERAND_FIELDS:
                 entry.append(offset)
-                offset += -(-nbytes[name] // ALIGN) * ALIGN
+                offset += round_up(nbytes[name], ALIGN)
             layout.append(entry)
         self.nbytes = offset
         self.base = driver.mem_alloc(offset)

@@ -435,6 +435,8 @@ class BindingsCalls:
     memcpy_htod_async = staticmethod(memcpy_htod_async)
     event_record = staticmethod(event_record)
     event_query = staticmethod(event_query)
+    event_synchronize = staticmethod(event_synchronize)
+    stream_wait_event = staticmethod(stream_wait_event)
     stream_is_capturing = staticmethod(stream_is_capturing)
 
     @staticmethod
@@ -463,6 +465,8 @@ class DirectCalls:
         "cuLaunchKernelEx": (11060, 4),
         "cuEventRecord": (2000, 2),
         "cuEventQuery": (2000, 1),
+        "cuEventSynchronize": (2000, 1),
+        "cuStreamWaitEvent": (3020, 3),
         "cuStreamIsCapturing": (10000, 2),
     }
 
@@ -519,6 +523,16 @@ class DirectCalls:
         if status:
             self._fail("cuEventQuery", status)
         return True
+
+    def event_synchronize(self, event: int) -> None:
+        status = self._cuEventSynchronize(event)
+        if status:
+            self._fail("cuEventSynchronize", status)
+
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        status = self._cuStreamWaitEvent(stream, event, 0)
+        if status:
+            self._fail("cuStreamWaitEvent", status)
 
     def stream_is_capturing(self, stream: int) -> bool:
         status = self._cuStreamIsCapturing(stream, self._capture_status_address)

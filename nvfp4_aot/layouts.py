@@ -27,7 +27,7 @@ from .blocked import (  # noqa: F401  (part of this module's interface)
     SF_VEC_SIZE,
     blocked_scale_bytes,
 )
-from .blocked import ceil_to as _ceil_to
+from .intmath import ceil_div, round_up
 
 # E2M1 magnitudes for codes 0..7; bit 3 of a code is the sign.
 _FP4_MAGNITUDES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
@@ -213,7 +213,7 @@ def blocked_offset(row, col, cols: int):
     it, ``(row % 32) * 16 + ((row % 128) // 32) * 4 + col % 4``. Works elementwise on
     integer arrays.
     """
-    padded_cols = _ceil_to(cols, BLOCK_COLS)
+    padded_cols = round_up(cols, BLOCK_COLS)
     atom = (row // BLOCK_ROWS) * (padded_cols // BLOCK_COLS) + col // BLOCK_COLS
     inner = (row % 32) * 16 + ((row % BLOCK_ROWS) // 32) * 4 + col % BLOCK_COLS
     return atom * ATOM_BYTES + inner
@@ -251,8 +251,8 @@ def scales_to_blocked(scales) -> np.ndarray:
             f"scales must be a non-empty 2-D array, got shape {scales.shape}"
         )
     rows, cols = scales.shape
-    row_tiles = -(-rows // BLOCK_ROWS)
-    col_tiles = -(-cols // BLOCK_COLS)
+    row_tiles = ceil_div(rows, BLOCK_ROWS)
+    col_tiles = ceil_div(cols, BLOCK_COLS)
     padded = np.zeros((row_tiles * BLOCK_ROWS, col_tiles * BLOCK_COLS), dtype=np.uint8)
     padded[:rows, :cols] = scales
     # row = tile * 128 + quarter * 32 + lane; col = col_tile * 4 + slot
@@ -278,8 +278,8 @@ def blocked_to_scales(buf, rows: int, cols: int) -> np.ndarray:
     buf = _as_uint8(buf, "buf")
     if rows < 1 or cols < 1:
         raise ValueError(f"rows and cols must be >= 1, got ({rows}, {cols})")
-    row_tiles = -(-rows // BLOCK_ROWS)
-    col_tiles = -(-cols // BLOCK_COLS)
+    row_tiles = ceil_div(rows, BLOCK_ROWS)
+    col_tiles = ceil_div(cols, BLOCK_COLS)
     expected = row_tiles * col_tiles * ATOM_BYTES
     if buf.shape != (expected,):
         raise ValueError(

@@ -70,9 +70,15 @@ def check_inputs(inputs: dict[str, int]) -> None:
             )
 
 
-def launch_geometry(variant: Variant, inputs: dict[str, int]) -> LaunchGeometry:
-    """Grid, block and dynamic shared memory for ``inputs``, as the DSL would launch."""
+def launch_grid(variant: Variant, inputs: dict[str, int]) -> tuple[int, int, int]:
+    """The grid the DSL launches for ``inputs``; only the inputs a grid dimension reads
+    (``persistent_blocks`` for the baked kernels) need to be present."""
     grid = tuple(d.constant if d.input is None else inputs[d.input] for d in variant.grid)
     if any(g < 1 for g in grid):
         raise InvalidProblemError(f"grid {grid} has a dimension below 1")
-    return LaunchGeometry(grid, variant.block, variant.dynamic_smem_bytes)
+    return grid
+
+
+def launch_geometry(variant: Variant, inputs: dict[str, int]) -> LaunchGeometry:
+    """Grid, block and dynamic shared memory for ``inputs``, as the DSL would launch."""
+    return LaunchGeometry(launch_grid(variant, inputs), variant.block, variant.dynamic_smem_bytes)

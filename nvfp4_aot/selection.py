@@ -12,6 +12,7 @@ come from H200 measurements (``docs/hopper_kernel_notes.md``, ``bench/`` logs).
 from __future__ import annotations
 
 from .errors import InvalidProblemError
+from .intmath import ceil_div
 from .manifest import Variant
 
 # Decoding once pays when each decoded activation row is reused by many N tiles (the
@@ -23,22 +24,22 @@ from .manifest import Variant
 # longer stays in L2), so they keep the per-CTA decode.
 MIN_N_TILES_PER_GROUP = 32
 MIN_K = 2048
-_TILE_N = 128
 
 
 def decodes_activations_once(variants: list[Variant]) -> bool:
     return any(v.workspace.activation_bytes_per_element for v in variants)
 
 
-def activations_once_pays(problem_sizes) -> bool:
-    """Whether decoding the activations once per launch is expected to be faster.
+def activations_once_pays(problem_sizes, tile_n: int) -> bool:
+    """Whether decoding the activations once per launch is expected to be faster, for
+    a family whose tiles are ``tile_n`` columns wide.
 
     Means are weighted by each group's activation elements (m x k).
     """
     weight = sum(m * k for m, _n, k, *_ in problem_sizes)
     if weight == 0:
         return False
-    n_tiles = sum(m * k * -(-n // _TILE_N) for m, n, k, *_ in problem_sizes) / weight
+    n_tiles = sum(m * k * ceil_div(n, tile_n) for m, n, k, *_ in problem_sizes) / weight
     k_mean = sum(m * k * k for m, _n, k, *_ in problem_sizes) / weight
     return n_tiles >= MIN_N_TILES_PER_GROUP and k_mean >= MIN_K
 
@@ -60,6 +61,9 @@ def choose_family(variants: list[Variant], problem_sizes, requested: str | None 
         return requested
     plain = [f for f, vs in families.items() if not decodes_activations_once(vs)]
     once = [f for f, vs in families.items() if decodes_activations_once(vs)]
-    if once and (not plain or activations_once_pays(problem_sizes)):
-        return sorted(once)[0]
+    if once:
+        first = sorted(once)[0]
+        _tile_m, tile_n, _tile_k = families[first][0].tile_mnk
+        if not plain or activations_once_pays(problem_sizes, tile_n):
+            return first
     return sorted(plain)[0]

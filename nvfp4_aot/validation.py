@@ -43,26 +43,42 @@ import operator
 
 from .blocked import blocked_scale_bytes
 from .errors import InvalidProblemError
+from .intmath import ceil_div
 
 INT32_MAX = (1 << 31) - 1
 POINTER_ALIGN = 32
 K_MULTIPLE = 32
 N_MULTIPLE = 32
 FIELDS = ("m", "n", "k", "l")
+OPERAND_FIELDS = ("a", "b", "c", "sfa", "sfb")
+"""The operands of a group, in the order every API takes them and pointer tables list them."""
 
 
-def problem_sizes(sizes) -> tuple[tuple[int, int, int, int], ...]:
+class ProblemSizes(tuple):
+    """Problem sizes that passed :func:`problem_sizes`: a tuple of (m, n, k, 1) tuples.
+
+    The type records that they were checked, so that code handed them (a plan made
+    through the plan cache) does not check them again.
+    """
+
+    __slots__ = ()
+
+
+def problem_sizes(sizes) -> ProblemSizes:
     """Normalise and check problem sizes: a sequence of (m, n, k) or (m, n, k, l).
 
     Returns
     -------
-    tuple of (m, n, k, 1) tuples of Python ints.
+    ProblemSizes: a tuple of (m, n, k, 1) tuples of Python ints (``sizes`` itself when
+    it already is one).
 
     Raises
     ------
     InvalidProblemError
         Naming the group, the field, what was expected and what was given.
     """
+    if type(sizes) is ProblemSizes:
+        return sizes
     try:
         rows = list(sizes)
     except TypeError as exc:
@@ -88,7 +104,7 @@ def problem_sizes(sizes) -> tuple[tuple[int, int, int, int], ...]:
             values.append(1)
         check_group(g, *values)
         result.append(tuple(values))
-    return tuple(result)
+    return ProblemSizes(result)
 
 
 def check_group(g: int, m: int, n: int, k: int, l: int = 1) -> None:  # noqa: E741
@@ -120,7 +136,7 @@ def check_group(g: int, m: int, n: int, k: int, l: int = 1) -> None:  # noqa: E7
 
 
 def tiles(m: int, n: int, tile_m: int, tile_n: int) -> int:
-    return -(-m // tile_m) * -(-n // tile_n)
+    return ceil_div(m, tile_m) * ceil_div(n, tile_n)
 
 
 def check_total_tiles(total: int) -> None:
@@ -153,8 +169,6 @@ def operand_bytes(m: int, n: int, k: int) -> dict[str, int]:
         "sfb": blocked_scale_bytes(n, k),
     }
 
-
-_OPERANDS = ("a", "b", "c", "sfa", "sfb")
 
 
 def check_outputs_disjoint(pointers, sizes, count: int) -> None:
@@ -189,6 +203,6 @@ def check_outputs_disjoint(pointers, sizes, count: int) -> None:
         (g, fg), (h, fh) = ((gi, fi), (gj, fj)) if fi == 2 else ((gj, fj), (gi, fi))
         advice = "the output must not alias an input"
     raise InvalidProblemError(
-        f"group {g}: c overlaps group {h}'s {_OPERANDS[fh]} (0x{pointers[j]:x} + "
+        f"group {g}: c overlaps group {h}'s {OPERAND_FIELDS[fh]} (0x{pointers[j]:x} + "
         f"{sizes[j]} bytes reaches past 0x{start:x}); {advice}"
     )
