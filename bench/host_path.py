@@ -199,7 +199,7 @@ def steady_state(device: int, calls: int, pointer_sets: int, floor) -> dict:
     # a ring slot per call of a batch: the runs of a batch never wait for the GPU (one
     # small kernel takes ~11 us, longer than the host needs to launch it)
     plan = GroupedGemmPlan(SMALL, device, ring_slots=per_batch + 1)
-    stream = int(driver.call("cuStreamCreate", 1))  # CU_STREAM_NON_BLOCKING
+    stream = driver.stream_create()
     sets = [Operands(SMALL) for _ in range(pointer_sets)]
     columns = [s.columns for s in sets]
     flat = [plan.pointers(*c, stream)[0] for c in columns]
@@ -299,14 +299,14 @@ def steady_state(device: int, calls: int, pointer_sets: int, floor) -> dict:
                 )
             result[key] = statistics.median(samples)
     # GPU time per eager run, runs queued back to back, new pointers each run
-    start, end = driver.call("cuEventCreate", 0), driver.call("cuEventCreate", 0)
+    start, end = driver.timing_event_create(), driver.timing_event_create()
     plan.synchronize()
     driver.event_record(start, stream)
     for i in range(calls):
         run_new(i)
     driver.event_record(end, stream)
     driver.event_synchronize(end)
-    result["eager_gpu_per_run"] = float(driver.call("cuEventElapsedTime", start, end)) * 1e3 / calls
+    result["eager_gpu_per_run"] = driver.event_elapsed_ms(start, end) * 1e3 / calls
     plan.close()
     return result
 
@@ -320,7 +320,7 @@ def graph(device: int, runs_per_graph: int, replays: int, alternate: bool = True
     """
     sets = [Operands(SMALL) for _ in range(2 if alternate else 1)]
     plans = [GroupedGemmPlan(SMALL, device) for _ in sets]
-    stream = int(driver.call("cuStreamCreate", 1))
+    stream = driver.stream_create()
     mode = driver.backend().CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
     driver.call("cuStreamBeginCapture", stream, mode)
     try:
@@ -344,7 +344,7 @@ def graph(device: int, runs_per_graph: int, replays: int, alternate: bool = True
         driver.call("cuGraphLaunch", executable, stream)
         host_samples.append(time.perf_counter() - t0)
         driver.stream_synchronize(stream)
-    start, end = driver.call("cuEventCreate", 0), driver.call("cuEventCreate", 0)
+    start, end = driver.timing_event_create(), driver.timing_event_create()
     t0 = time.perf_counter()
     driver.event_record(start, stream)
     for _ in range(replays):
@@ -352,7 +352,7 @@ def graph(device: int, runs_per_graph: int, replays: int, alternate: bool = True
     driver.event_record(end, stream)
     driver.event_synchronize(end)
     wall = time.perf_counter() - t0
-    gpu_ms = float(driver.call("cuEventElapsedTime", start, end))
+    gpu_ms = driver.event_elapsed_ms(start, end)
     total = replays * runs_per_graph
     try:
         for plan in plans:

@@ -52,7 +52,6 @@ from nvfp4_aot.reference import reference_gemm, relative_error  # noqa: E402
 
 TOLERANCE = 1e-3
 POISON = 0x7E00  # FP16 NaN: an unwritten element never passes the check
-STREAM_NON_BLOCKING = 1
 # small enough for a float64 reference on the host in seconds, with ragged m
 CHECK_SHAPES = [(96, 128, 256), (256, 512, 512), (384, 256, 1024), (128, 1024, 256)]
 
@@ -111,7 +110,7 @@ def run_threads(target, devices, *args) -> dict[int, dict]:
 
 def check_worker(device, record, barrier, rounds: int, seed: int) -> None:
     rng = np.random.default_rng([seed, device])
-    stream = int(driver.call("cuStreamCreate", STREAM_NON_BLOCKING))
+    stream = driver.stream_create()
     record.update(checked=0, worst=0.0, failures=[])
     try:
         with GroupedGemmPlan(CHECK_SHAPES, device, ring_slots=4) as plan:
@@ -135,13 +134,13 @@ def check_worker(device, record, barrier, rounds: int, seed: int) -> None:
                 finally:
                     data.free()
     finally:
-        driver.call("cuStreamDestroy", stream)
+        driver.stream_destroy(stream)
 
 
 def time_worker(device, record, barrier, sizes, iters: int, warmup: int, seed: int) -> None:
     rng = np.random.default_rng([seed, 1000 + device])
-    stream = int(driver.call("cuStreamCreate", STREAM_NON_BLOCKING))
-    start, end = driver.call("cuEventCreate", 0), driver.call("cuEventCreate", 0)
+    stream = driver.stream_create()
+    start, end = driver.timing_event_create(), driver.timing_event_create()
     data = DeviceOperands(sizes, timing_arrays(sizes, rng))
     try:
         with GroupedGemmPlan(sizes, device) as plan:
@@ -158,7 +157,7 @@ def time_worker(device, record, barrier, sizes, iters: int, warmup: int, seed: i
             driver.event_record(end, stream)
             driver.event_synchronize(end)
             record["host_end"] = time.perf_counter()
-            ms = float(driver.call("cuEventElapsedTime", start, end))
+            ms = driver.event_elapsed_ms(start, end)
             record["ms_per_launch"] = ms / iters
             record["tflops"] = flops(sizes) * iters / (ms * 1e-3) / 1e12
             record["finite"] = all(bool(np.isfinite(data.c(g)).all()) for g in range(len(sizes)))
@@ -166,7 +165,7 @@ def time_worker(device, record, barrier, sizes, iters: int, warmup: int, seed: i
         data.free()
         driver.event_destroy(start)
         driver.event_destroy(end)
-        driver.call("cuStreamDestroy", stream)
+        driver.stream_destroy(stream)
 
 
 # ---------------------------------------------------------------------------------------

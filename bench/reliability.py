@@ -51,7 +51,6 @@ from nvfp4_aot.reference import reference_gemm, relative_error  # noqa: E402
 
 TOLERANCE = 1e-3
 POISON = 0xFFFF  # FP16 NaN: an unwritten element never passes the check
-STREAM_NON_BLOCKING = 1
 MiB = 1 << 20
 # growth allowed in the soak (noise: allocator slack, lazily loaded driver pieces)
 DEVICE_NOISE = 2 * MiB
@@ -100,22 +99,6 @@ class CudaArray:
         }  # fmt: skip
         if device is not None:
             self.device = type("Device", (), {"id": device})()
-
-
-def new_stream() -> int:
-    return int(driver.call("cuStreamCreate", STREAM_NON_BLOCKING))
-
-
-def destroy_stream(stream: int) -> None:
-    driver.call("cuStreamDestroy", stream)
-
-
-def timing_event():
-    return driver.call("cuEventCreate", 0)
-
-
-def elapsed_ms(start, end) -> float:
-    return float(driver.call("cuEventElapsedTime", start, end))
 
 
 # ---------------------------------------------------------------------------------------
@@ -241,7 +224,7 @@ def _worker(index: int, device: int, launches: int, seed: int, out: dict, barrie
         driver.activate(device)
         rng = np.random.default_rng([seed, 2, index])
         pick = random.Random(seed * 100 + index)
-        streams = [new_stream() for _ in range(STREAMS_PER_THREAD)]
+        streams = [driver.stream_create() for _ in range(STREAMS_PER_THREAD)]
         for sizes in THREAD_PLANS[index]:
             plans.append(make_plan(sizes, device, ring_slots=4))
             sets.append([InputSet(sizes, rng) for _ in range(SETS_PER_PLAN)])
@@ -283,7 +266,7 @@ def _worker(index: int, device: int, launches: int, seed: int, out: dict, barrie
             for data in group:
                 data.free()
         for stream in streams:
-            destroy_stream(stream)
+            driver.stream_destroy(stream)
 
 
 def section_concurrency(device: int, total: int, seed: int) -> dict:
@@ -333,7 +316,7 @@ GRAPH_SIZES = [(128, 256, 512), (80, 384, 256), (256, 128, 128)]
 def section_graphs(device: int, input_sets: int, rounds: int, replays: int, seed: int) -> dict:
     rng = np.random.default_rng([seed, 3])
     sets = [InputSet(GRAPH_SIZES, rng) for _ in range(input_sets)]
-    stream = new_stream()
+    stream = driver.stream_create()
     cuda_graph = executable = None
     events = []
     checks, mismatches = [], 0
@@ -384,7 +367,7 @@ def section_graphs(device: int, input_sets: int, rounds: int, replays: int, seed
 
             # timing: replays back to back (events), host time per cuGraphLaunch, eager runs
             plan.set_graph_pointers(*sets[0].columns)
-            events = [timing_event() for _ in range(4)]
+            events = [driver.timing_event_create() for _ in range(4)]
             host = []
             driver.event_record(events[0], stream)
             for _ in range(replays):
@@ -400,9 +383,9 @@ def section_graphs(device: int, input_sets: int, rounds: int, replays: int, seed
             driver.event_record(events[3], stream)
             driver.stream_synchronize(stream)
             result.update({
-                "replay_gpu_us": elapsed_ms(events[0], events[1]) * 1e3 / replays,
+                "replay_gpu_us": driver.event_elapsed_ms(events[0], events[1]) * 1e3 / replays,
                 "replay_host_us_median": float(np.median(host)) * 1e6,
-                "eager_gpu_us": elapsed_ms(events[2], events[3]) * 1e3 / max(replays - 1, 1),
+                "eager_gpu_us": driver.event_elapsed_ms(events[2], events[3]) * 1e3 / max(replays - 1, 1),
             })  # fmt: skip
     finally:
         for event in events:
@@ -411,7 +394,7 @@ def section_graphs(device: int, input_sets: int, rounds: int, replays: int, seed
             driver.call("cuGraphExecDestroy", executable)
         if cuda_graph is not None:
             driver.call("cuGraphDestroy", cuda_graph)
-        destroy_stream(stream)
+        driver.stream_destroy(stream)
         for data in sets:
             data.free()
     result.update({
@@ -452,7 +435,7 @@ def section_soak(device: int, runs: int, churn: int, seed: int) -> dict:
     rng = np.random.default_rng([seed, 4])
     sets = [InputSet(SOAK_SIZES, rng) for _ in range(4)]
     churn_sets = [InputSet(sizes, rng) for sizes in CHURN_SIZES]
-    stream = new_stream()
+    stream = driver.stream_create()
     spot_every = max(runs // 10, 1)
     spots, spot_failures, churn_failures = [], 0, 0
     try:
@@ -496,7 +479,7 @@ def section_soak(device: int, runs: int, churn: int, seed: int) -> dict:
         driver.synchronize()
         after = resources()
     finally:
-        destroy_stream(stream)
+        driver.stream_destroy(stream)
         for data in sets + churn_sets:
             data.free()
     growth = {key: after[key] - before[key] for key in before}

@@ -200,17 +200,6 @@ def _bench_arrays(sizes, rng: np.random.Generator):
     return arrays
 
 
-# timing events (cuEventCreate without CU_EVENT_DISABLE_TIMING) ---------------------------
-
-
-def _timing_event():
-    return driver.call("cuEventCreate", 0)
-
-
-def _elapsed_ms(start, end) -> float:
-    return float(driver.call("cuEventElapsedTime", start, end))
-
-
 # output -------------------------------------------------------------------------------
 
 
@@ -648,14 +637,14 @@ def bench(
                         bar.update(1)
                     for i in range(warmup):
                         plan.run(*data[i % sets].columns)
-                    events = [_timing_event() for _ in range(repeats + 1)]
+                    events = [driver.timing_event_create() for _ in range(repeats + 1)]
                     plan.synchronize()
                     driver.event_record(events[0], 0)
                     for i in range(warmup, warmup + repeats):  # rotation goes on
                         plan.run(*data[i % sets].columns)
                         driver.event_record(events[i + 1 - warmup], 0)
                     driver.event_synchronize(events[-1])
-                    times = [_elapsed_ms(a, b) * 1e3 for a, b in zip(events, events[1:])]
+                    times = [driver.event_elapsed_ms(a, b) * 1e3 for a, b in zip(events, events[1:])]
                 finally:
                     for event in events:
                         driver.event_destroy(event)

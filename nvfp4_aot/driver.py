@@ -27,6 +27,7 @@ _contexts: dict[int, object] = {}
 CU_EVENT_DISABLE_TIMING = 0x2
 CU_MEMHOSTALLOC_PORTABLE = 0x1
 CU_STREAM_LEGACY = 0x1
+CU_STREAM_NON_BLOCKING = 0x1
 _CUDA_ERROR_NOT_READY = 600
 _CUDA_ERROR_INVALID_VALUE = 1
 
@@ -270,6 +271,24 @@ def stream_is_capturing(stream: int) -> bool:
 
 def stream_synchronize(stream: int) -> None:
     call("cuStreamSynchronize", stream)
+
+
+def stream_create() -> int:
+    """A new non-blocking stream (it does not synchronise with the legacy default one)."""
+    return int(call("cuStreamCreate", CU_STREAM_NON_BLOCKING))
+
+
+def stream_destroy(stream: int) -> None:
+    call("cuStreamDestroy", stream)
+
+
+def timing_event_create():
+    """An event that records time (for benchmarks; plans use :func:`event_create`)."""
+    return call("cuEventCreate", 0)
+
+
+def event_elapsed_ms(start, end) -> float:
+    return float(call("cuEventElapsedTime", start, end))
 
 
 # modules, kernels, launches ---------------------------------------------------------------
