@@ -251,7 +251,7 @@ def steady_state(device: int, calls: int, pointer_sets: int, floor) -> dict:
     calls_ = plan._calls
     slot = plan._last_slot
     spec, params = plan._launch_specs[0], plan._params[slot][0]
-    table = plan._packed(flat[0])
+    table = plan._table(flat[0])
     key_columns = columns[0]
     pieces = {
         "piece_table_lookup": lambda _i: plan._validated.get(
@@ -261,11 +261,11 @@ def steady_state(device: int, calls: int, pointer_sets: int, floor) -> dict:
         "piece_is_capturing": lambda _i: calls_.stream_is_capturing(stream),
         "piece_set_context": lambda _i: calls_.set_context(plan._context),
         "piece_launch": lambda _i: calls_.launch(spec, stream, params),
-        "piece_event_record": lambda _i: calls_.event_record(plan._event_handles[slot], stream),
-        "piece_event_query": lambda _i: calls_.event_query(plan._event_handles[slot]),
+        "piece_event_record": lambda _i: calls_.event_record(plan._events[slot], stream),
+        "piece_event_query": lambda _i: calls_.event_query(plan._events[slot]),
     }
     pieces["piece_memcpy_async"] = lambda _i: calls_.memcpy_htod_async(
-        plan._slot_address(slot), plan._staging_addresses[slot], plan._slot_bytes, stream
+        plan._slot_address(slot), plan._staging_addresses[slot], plan.layout.slot_bytes, stream
     )
     for name, call in pieces.items():
         result[name] = per_call_us(call, batches, per_batch)
@@ -289,12 +289,12 @@ def steady_state(device: int, calls: int, pointer_sets: int, floor) -> dict:
                         ctypes.c_void_p(plan._context),
                         ctypes.c_uint64(plan._slot_address(slot)),
                         ctypes.c_void_p(plan._staging_addresses[slot]),
-                        ctypes.c_size_t(plan._slot_bytes),
+                        ctypes.c_size_t(plan.layout.slot_bytes),
                         ctypes.c_void_p(spec.config_address),
                         ctypes.c_void_p(spec.function),
                         ctypes.c_void_p(stream),
                         ctypes.c_void_p(params),
-                        ctypes.c_void_p(plan._event_handles[slot]),
+                        ctypes.c_void_p(plan._events[slot]),
                     )
                 )
             result[key] = statistics.median(samples)
