@@ -30,6 +30,10 @@ C                       (m, n) float16, C-contiguous,          row-major store w
                         writable, no overlap between groups    by concurrent CTAs
 SFA, SFB                >= blocked_scale_bytes(rows, k)        whole 512-byte blocked atoms are loaded
                         bytes, contiguous                      (precondition 9)
+SFA, SFB padding        when k % 64 == 32: the padding scale   they multiply the zero-filled A/B
+columns                 columns k/16 .. 4*ceil(k/64)-1 hold    elements past k; a NaN scale there makes
+                        zeros (never NaN; not checked: it is   valid outputs NaN (precondition 9);
+                        data, read only by the GPU)            ``layouts.scales_to_blocked`` writes zeros
 ======================  =====================================  ==========================================
 
 The table pointers, the tensormap workspace (64-byte aligned, one per concurrently
