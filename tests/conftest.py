@@ -93,14 +93,17 @@ def hopper_fake(hopper_artifacts):
 def device() -> int:
     """Device 0, activated, when it can run a baked kernel; otherwise the test is
     skipped, or fails under NVFP4_AOT_REQUIRE_GPU=1 (``support.gpu_unavailable``)."""
+    reason = None
     try:
         if driver.device_count() < 1:
-            gpu_unavailable("no CUDA device")
-        capability = driver.compute_capability(0)
-        loader.variants_for(loader.load_manifest(), capability)
+            reason = "no CUDA device"
+        else:
+            loader.variants_for(loader.load_manifest(), driver.compute_capability(0))
     except CudaError as exc:
-        gpu_unavailable(f"no usable CUDA driver: {exc}")
+        reason = f"no usable CUDA driver: {exc}"
     except (ArtifactError, UnsupportedDeviceError) as exc:
-        gpu_unavailable(f"no baked kernel for this GPU: {exc}")
+        reason = f"no baked kernel for this GPU: {exc}"
+    if reason:
+        gpu_unavailable(reason)  # outside the except: the report shows only the reason
     driver.activate(0)
     return 0
