@@ -20,8 +20,9 @@ if want env; then
   python3 -c 'import sys, numpy, cuda.bindings; print(sys.version.split()[0], "numpy", numpy.__version__, "cuda-bindings", cuda.bindings.__version__)'
 fi
 if want tests; then
-  step "GPU tests (pytest -m gpu)"
-  timeout 300 python3 -m pytest -q -m gpu tests/ -p no:cacheprovider 2>&1 | tail -15
+  step "GPU tests (pytest -m gpu; NVFP4_AOT_REQUIRE_GPU=1: no GPU, driver, kernel or file fails)"
+  NVFP4_AOT_REQUIRE_GPU=1 timeout 300 python3 -m pytest -q -m gpu tests/ -p no:cacheprovider 2>&1 | tail -15
+  echo "pytest exit code: ${PIPESTATUS[0]}"
 fi
 if want families; then
   step "both sm_90a kernel families: verify, then bench on the benchmarks and the choice grid"

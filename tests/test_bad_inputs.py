@@ -11,18 +11,16 @@ run launches once and uploads the good pointers.
 Cases the runtime did not catch at first were marked ``xfail(strict=True)`` with the fix in
 their reason; a fix makes them pass, and strict mode then asks for the mark to go.
 
-Related cases already in test_runtime_cpu.py (test_problem_size_validation,
-test_operand_validation, test_operand_count_and_overlap, test_many_raw_pointers,
-test_overlapping_c_among_many_groups) are not repeated here; the cases below use other
-groups, fields, values or code paths.
+Related cases already in test_validation.py (test_problem_size_validation) and
+test_operands.py (test_operand_validation, test_operand_count_and_overlap,
+test_many_raw_pointers, test_overlapping_c_among_many_groups) are not repeated here; the
+cases below use other groups, fields, values or code paths.
 """
 
 from __future__ import annotations
 
-import gc
 import json
 import re
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -30,19 +28,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from fake_driver import FakeDriver, installed
 from nvfp4_aot import cli, driver, loader, plan
 from nvfp4_aot.errors import InvalidProblemError, Nvfp4Error, UnsupportedDeviceError
-
-sys.path.insert(0, str(Path(__file__).parent))
-from fake_driver import FakeDriver  # noqa: E402
-from test_runtime_cpu import (  # noqa: E402
-    ALL_COMBOS,
-    FakeArray,
-    _DLPackArray,
-    kernel_params_of,
-    operands_for,
-    write_synthetic,
-)
+from support import DLPackArray, FakeArray, kernel_params_of, operands_for
 
 REPO = Path(__file__).resolve().parents[1]
 FIELDS = ("a", "b", "c", "sfa", "sfb")
@@ -57,26 +46,14 @@ SFA1, SFB1 = 4096, 8192  # blocked_scale_bytes(128, 512), blocked_scale_bytes(25
 # fixtures and helpers
 
 
-@pytest.fixture(scope="module")
-def artifacts(tmp_path_factory) -> Path:
-    directory = tmp_path_factory.mktemp("bad_inputs_artifacts")
-    write_synthetic(directory, ALL_COMBOS)
-    return directory
-
-
 @pytest.fixture
 def fake(artifacts, monkeypatch):
-    """A FakeDriver of compute capability 10.0 (sm_100a variants), installed for one test."""
+    """A FakeDriver of compute capability 10.0 (sm_100a variants), installed for one test
+    (``artifacts``: the synthetic artifacts of conftest.py)."""
     monkeypatch.setenv("NVFP4_AOT_ARTIFACTS", str(artifacts))
     backend = FakeDriver(kernel_params=kernel_params_of(loader.load_manifest(artifacts)))
-    loader.clear_caches()
-    plan.clear_plan_cache()
-    driver.use_backend(backend)
-    yield backend
-    plan.clear_plan_cache()
-    gc.collect()  # finalise dropped plans while the fake is still installed
-    driver.use_backend(None)
-    loader.clear_caches()
+    with installed(backend):
+        yield backend
 
 
 def work_after(fake: FakeDriver, start: int) -> list[str]:
@@ -121,7 +98,7 @@ class BadStreamProtocol:
 
 
 def _read_only_dlpack(pointer, shape, dtype):
-    array = _DLPackArray(pointer, shape, dtype, versioned=True)
+    array = DLPackArray(pointer, shape, dtype, versioned=True)
     array._managed.flags = 1  # DLPACK_FLAG_BITMASK_READ_ONLY
     return array
 
@@ -173,13 +150,13 @@ OPERAND_CASES = [
     pytest.param(put("a", 1, lambda p, o: FakeArray(p, (M1, K1 // 2), "<f2")),
                  r"group 1: a must have dtype u1 or i1 or e2m1x2 or e2m1 or v1, got f2",
                  id="a-float16-typestr"),
-    pytest.param(put("b", 1, lambda p, o: _DLPackArray(p, (N1, K1 // 2), (10, 8, 1))),
+    pytest.param(put("b", 1, lambda p, o: DLPackArray(p, (N1, K1 // 2), (10, 8, 1))),
                  r"group 1: b must have dtype .*, got e4m3", id="b-fp8-dlpack"),
     pytest.param(put("c", 1, lambda p, o: FakeArray(p, (M1, 2 * N1), "|u1")),
                  r"group 1: c must have dtype f2, got u1", id="c-uint8-bytes"),
     pytest.param(put("c", 1, lambda p, o: FakeArray(p, (M1, N1), "<i2")),
                  r"group 1: c: unsupported dtype \(typestr '<i2'\)", id="c-int16-typestr"),
-    pytest.param(put("c", 1, lambda p, o: _DLPackArray(p, (M1, N1), (4, 16, 1))),
+    pytest.param(put("c", 1, lambda p, o: DLPackArray(p, (M1, N1), (4, 16, 1))),
                  r"group 1: c: unsupported DLPack dtype \(code, bits, lanes\) = \(4, 16, 1\)",
                  id="c-bfloat16-dlpack"),
     pytest.param(put("sfa", 1, lambda p, o: FakeArray(p, (SFA1 // 2,), "<f2")),
@@ -188,7 +165,7 @@ OPERAND_CASES = [
     # shapes
     pytest.param(put("a", 1, lambda p, o: FakeArray(p, (K1 // 2, M1), "|u1")),
                  r"group 1: a must have shape \(128, 256\), got \(256, 128\)", id="a-transposed"),
-    pytest.param(put("a", 1, lambda p, o: _DLPackArray(p, (M1, K1 // 2), (17, 4, 1))),
+    pytest.param(put("a", 1, lambda p, o: DLPackArray(p, (M1, K1 // 2), (17, 4, 1))),
                  r"group 1: a must have shape \(128, 512\), got \(128, 256\)",
                  id="a-fp4-elements-counted-as-bytes"),
     pytest.param(put("b", 1, lambda p, o: FakeArray(p, (N1 + 1, K1 // 2), "|u1")),
@@ -243,10 +220,10 @@ OPERAND_CASES = [
                  id="a-host-numpy"),
     pytest.param(put("a", 1, lambda p, o: np.zeros((M1, K1 // 2), np.uint8), raw=True),
                  r"group 1: a: the array lives on a CPU device", id="a-host-numpy-among-raw-pointers"),
-    pytest.param(put("c", 1, lambda p, o: _DLPackArray(p, (M1, N1), (2, 16, 1), device=(3, 0))),
+    pytest.param(put("c", 1, lambda p, o: DLPackArray(p, (M1, N1), (2, 16, 1), device=(3, 0))),
                  r"group 1: c: the array lives on a CUDA host device, expected a CUDA device",
                  id="c-cuda-host-dlpack"),
-    pytest.param(put("c", 1, lambda p, o: _DLPackArray(p, (M1, N1), (2, 16, 1), device=(2, 1))),
+    pytest.param(put("c", 1, lambda p, o: DLPackArray(p, (M1, N1), (2, 16, 1), device=(2, 1))),
                  r"group 1: c is on device 1, the plan runs on device 0; create the plan with "
                  r"device=1 or move the data", id="c-other-device-dlpack"),
     pytest.param(put("sfb", 1, lambda p, o: FakeArray(p, (SFB1,), "|u1", device=1)),

@@ -20,12 +20,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from fake_driver import SUCCESS, FakeDriver
 from nvfp4_aot import cli, driver, loader, plan
 from nvfp4_aot.layouts import blocked_scale_bytes, blocked_to_scales
 from nvfp4_aot.reference import dequantize
-
-sys.path.insert(0, str(Path(__file__).parent))
-from fake_driver import SUCCESS, FakeDriver  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "artifacts"
@@ -144,7 +142,9 @@ def test_info_json_lists_committed_variants_without_a_driver(use_driver):
     assert {v["name"] for v in data["variants"]} == {v.name for v in MANIFEST.variants}
     assert all(v["cubin_check"] == "ok" for v in data["variants"])
     assert data["manifest"]["dsl_version"] == MANIFEST.dsl_version
-    scratch = {v["family"]: v["workspace"]["activation_bytes_per_element"] for v in data["variants"]}
+    scratch = {
+        v["family"]: v["workspace"]["activation_bytes_per_element"] for v in data["variants"]
+    }
     assert scratch["sm90_nvfp4_grouped_gemm_a16"] == 2 and scratch["sm90_nvfp4_grouped_gemm"] == 0
     assert data["cuda"]["available"] is False
     assert data["cuda"]["error"].startswith("no CUDA driver")

@@ -2,9 +2,9 @@
 
 Each example seeds its data, poisons C, checks every group against the float64 reference
 and exits non-zero on a mismatch, so a zero exit status is the test. Skipped where there
-is no GPU, no driver or no baked kernel for the GPU (the skip logic of
-tests/test_gpu_runtime.py), or where the example's array library cannot be imported or
-sees no GPU.
+is no GPU, no driver or no baked kernel for the GPU (conftest.py's ``device`` fixture; a
+failure instead under NVFP4_AOT_REQUIRE_GPU=1), or where the example's array library
+cannot be imported or sees no GPU.
 """
 
 from __future__ import annotations
@@ -16,9 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_gpu_runtime import device  # noqa: E402, F401  (the fixture: skips without a GPU)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("device")]
 

@@ -38,13 +38,22 @@ TESTS = REPO / "tests"
 WHEEL_SIZE_LIMIT = 1_000_000  # bytes
 # No-GPU tests of the runtime that need only the installed package (add new ones here).
 RUNTIME_TESTS = [
-    "test_runtime_cpu.py",
+    "test_loader.py",
+    "test_driver.py",
+    "test_plan.py",
+    "test_plan_ring.py",
+    "test_validation.py",
+    "test_operands.py",
+    "test_paths.py",
+    "test_imports.py",
+    "test_selection.py",
+    "test_workspace.py",
     "test_cli.py",
     "test_layouts.py",
     "test_reference.py",
 ]
 OPTIONAL_RUNTIME_TESTS = ["test_bad_inputs.py"]  # copied too when present
-TEST_SUPPORT = ["fake_driver.py", "data"]
+TEST_SUPPORT = ["conftest.py", "support.py", "fake_driver.py", "data"]
 SOURCES = ["setup.py", "pyproject.toml", "README.md", "nvfp4_aot", "artifacts"]
 NETWORK_ERRORS = (
     "NewConnectionError",

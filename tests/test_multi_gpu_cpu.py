@@ -11,28 +11,17 @@ from __future__ import annotations
 
 import json
 import struct
-import sys
 import threading
 from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from fake_driver import SUCCESS, FakeDriver, FakeKernel, installed
 from nvfp4_aot import cli, loader, plan
 from nvfp4_aot.errors import InvalidProblemError, UnsupportedDeviceError
-
-sys.path.insert(0, str(Path(__file__).parent))
-from fake_driver import SUCCESS, FakeDriver, FakeKernel, installed  # noqa: E402
-from test_runtime_cpu import (  # noqa: E402
-    ALL_COMBOS,
-    FakeArray,
-    _DLPackArray,
-    kernel_params_of,
-    operands_for,
-    write_synthetic,
-)
+from support import DLPackArray, FakeArray, kernel_params_of, operands_for
 
 M, N, K = 96, 128, 256
 
@@ -185,16 +174,10 @@ class TwoGpuDriver(FakeDriver):
 WORKSPACE_PARAM_OFFSET = 800
 
 
-@pytest.fixture(scope="module")
-def artifacts(tmp_path_factory) -> Path:
-    directory = tmp_path_factory.mktemp("artifacts_multi")
-    write_synthetic(directory, ALL_COMBOS)
-    return directory
-
-
 @pytest.fixture
 def two_gpus(artifacts):
-    """Install a TwoGpuDriver (arguments as given) for the test; restore afterwards."""
+    """Install a TwoGpuDriver (arguments as given) for the test; restore afterwards
+    (``artifacts``: the synthetic artifacts of conftest.py)."""
     manifest = loader.load_manifest(artifacts)
     params = kernel_params_of(manifest)
     for variant in manifest.variants:
@@ -328,7 +311,7 @@ def test_graph_capture_of_a_device_1_plan_after_a_device_0_run(two_gpus, artifac
 
 
 def _dlpack(pointer, shape, device_id):
-    return _DLPackArray(pointer, shape, (1, 8, 1), device=(2, device_id))
+    return DLPackArray(pointer, shape, (1, 8, 1), device=(2, device_id))
 
 
 @pytest.mark.parametrize("field", ["a", "b", "c", "sfa", "sfb"])
@@ -343,7 +326,7 @@ def test_operand_on_the_other_device_is_refused(two_gpus, artifacts, field, kind
         pointer, shape, typestr = good["data"][0], good["shape"], good["typestr"]
         if kind == "dlpack":
             dtype = (2, 16, 1) if typestr == "<f2" else (1, 8, 1)  # float16 / uint8
-            columns[f][1] = _DLPackArray(pointer, shape, dtype, device=(2, 1))
+            columns[f][1] = DLPackArray(pointer, shape, dtype, device=(2, 1))
         else:
             columns[f][1] = FakeArray(pointer, shape, typestr, device=1)
         with pytest.raises(

@@ -2,7 +2,9 @@
 
 Device memory is allocated through ``nvfp4_aot.driver`` (no torch or cupy needed); C is
 poisoned with 0xFFFF (an FP16 NaN) before each run, and every group is compared with the
-float64 reference. Skipped where there is no GPU, no driver or no variant for the GPU.
+float64 reference. Skipped where there is no GPU, no driver or no variant for the GPU
+(conftest.py's ``device`` fixture); failed instead under NVFP4_AOT_REQUIRE_GPU=1.
+The shapes test reads tests/data/shapes.json (NVFP4_AOT_SHAPES overrides the path).
 """
 
 from __future__ import annotations
@@ -16,36 +18,19 @@ import pytest
 
 from nvfp4_aot import driver, loader, plan
 from nvfp4_aot.device_data import DeviceOperands
-from nvfp4_aot.errors import ArtifactError, CudaError, UnsupportedDeviceError
 from nvfp4_aot.layouts import random_problem
 from nvfp4_aot.reference import reference_gemm, relative_error
+from support import gpu_unavailable
 
 pytestmark = pytest.mark.gpu
 
 SHAPES = Path(
-    os.environ.get(
-        "NVFP4_AOT_SHAPES", Path(__file__).resolve().parents[1] / ".." / "shared" / "shapes.json"
-    )
+    os.environ.get("NVFP4_AOT_SHAPES") or Path(__file__).resolve().parent / "data" / "shapes.json"
 )
 TOLERANCE = 1e-3
 # every baked kernel family: the tests that take `kernel` run once per family that the
 # GPU can run (on sm_90a: the per-CTA decode and the decode-once kernel)
 FAMILIES = sorted({v.family for v in loader.load_manifest().variants})
-
-
-@pytest.fixture(scope="module")
-def device() -> int:
-    try:
-        if driver.device_count() < 1:
-            pytest.skip("no CUDA device")
-        capability = driver.compute_capability(0)
-        loader.variants_for(loader.load_manifest(), capability)
-    except CudaError as exc:
-        pytest.skip(f"no usable CUDA driver: {exc}")
-    except (ArtifactError, UnsupportedDeviceError) as exc:
-        pytest.skip(f"no baked kernel for this GPU: {exc}")
-    driver.activate(0)
-    return 0
 
 
 @pytest.fixture(params=FAMILIES)
@@ -126,7 +111,7 @@ def _shapes() -> list:
 def test_shapes_json(device, kernel, index):
     shapes = _shapes()
     if index >= len(shapes):
-        pytest.skip(f"{SHAPES} is absent or has fewer tests")
+        gpu_unavailable(f"{SHAPES} is absent or has fewer than {index + 1} tests")
     run_and_check(device, shapes[index], seed=1000 + index, kernel=kernel)
 
 
