@@ -296,6 +296,8 @@ class DirectFakeDriver(FakeDriver):
         "cuLaunchKernelEx": 4,
         "cuEventRecord": 2,
         "cuEventQuery": 1,
+        "cuEventSynchronize": 1,
+        "cuStreamWaitEvent": 3,
         "cuStreamIsCapturing": 2,
     }
 
@@ -337,6 +339,12 @@ class DirectFakeDriver(FakeDriver):
 
     def _direct_cuEventQuery(self, event):
         return int(self.cuEventQuery(self._event(event))[0])
+
+    def _direct_cuEventSynchronize(self, event):
+        return int(self.cuEventSynchronize(self._event(event))[0])
+
+    def _direct_cuStreamWaitEvent(self, stream, event, flags):
+        return int(self.cuStreamWaitEvent(stream, self._event(event), flags)[0])
 
     def _direct_cuStreamIsCapturing(self, stream, status):
         ctypes.c_int.from_address(status).value = self.cuStreamIsCapturing(stream)[1]

@@ -1,7 +1,6 @@
-"""The plan's launch layout and lifetime (nvfp4_aot.plan) against the fake driver:
-group splits over the baked variants, CTA prefix and persistent blocks, the uploaded
-sizes / prefix / packed parameters, sub-launches past 120 groups, close, the plan cache
-and ``grouped_gemm``."""
+"""The plan (nvfp4_aot.plan) against the fake driver: the uploaded sizes / prefix /
+packed parameters, sub-launches past 120 groups, close, the plan cache and
+``grouped_gemm``. The layout arithmetic itself: test_launch_layout.py."""
 
 from __future__ import annotations
 
@@ -15,27 +14,6 @@ from support import (
     SMEM,
     operands_for,
 )
-
-
-@pytest.mark.parametrize(
-    "groups, expected",
-    [(1, [(0, 1, 8)]), (8, [(0, 8, 8)]), (9, [(0, 9, 120)]), (120, [(0, 120, 120)]),
-     (121, [(0, 120, 120), (120, 121, 8)]),
-     (250, [(0, 120, 120), (120, 240, 120), (240, 250, 120)])],
-)  # fmt: skip
-def test_split_groups(groups, expected):
-    assert plan.split_groups(groups, [120, 8]) == expected
-
-
-def test_split_with_a_single_variant():
-    assert plan.split_groups(17, [8]) == [(0, 8, 8), (8, 16, 8), (16, 17, 8)]
-
-
-def test_cta_prefix_and_persistent_blocks_by_hand():
-    assert plan.cta_prefix([1, 8, 3], 8) == (0, 1, 9, 12, 12, 12, 12, 12, 12)
-    assert plan.persistent_blocks(12, 132) == 12
-    assert plan.persistent_blocks(2048, 132) == 132
-    assert plan.persistent_blocks(0, 132) == 1
 
 
 def test_plan_uploads_sizes_prefix_and_packs_params(make_fake, artifacts, manifest):

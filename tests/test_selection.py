@@ -26,11 +26,13 @@ def test_family_rule_on_the_measured_benchmarks():
     (groups 4096 / 7168 wide, k 7168 / 2048), slower on 2 (3072 wide) and 3 (k 1536)."""
     from nvfp4_aot.selection import activations_once_pays
 
-    assert [activations_once_pays(sizes) for sizes in _benchmark_sizes()] == [
+    assert [activations_once_pays(sizes, 128) for sizes in _benchmark_sizes()] == [
         True, True, False, False]  # fmt: skip
-    assert activations_once_pays([(128, 4096, 2048)] * 8)
-    assert not activations_once_pays([(512, 2048, 7168)] * 8)  # narrow groups
-    assert not activations_once_pays([(512, 4096, 1024)] * 8)  # short K
+    assert activations_once_pays([(128, 4096, 2048)] * 8, 128)
+    assert not activations_once_pays([(512, 2048, 7168)] * 8, 128)  # narrow groups
+    assert not activations_once_pays([(512, 4096, 1024)] * 8, 128)
+    # the tile width comes from the family: half-width tiles double the N tiles
+    assert activations_once_pays([(128, 2048, 2048)] * 8, 64)  # short K
 
 
 def test_plan_picks_the_family_per_problem(hopper_fake, hopper_artifacts):
