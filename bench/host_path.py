@@ -241,31 +241,32 @@ def steady_state(device: int, calls: int, pointer_sets: int, floor) -> dict:
         sync_start = time.perf_counter()
         gemm.synchronize()
         result[name + "_drain_us"] = (time.perf_counter() - sync_start) * 1e6
-    slots_before = list(upload_plan._slot_table)
+    slots_before = list(upload_plan._launcher._slot_table)
     run_upload(0)
-    assert upload_plan._slot_table != slots_before, "run_upload did not stage a table"
+    assert upload_plan._launcher._slot_table != slots_before, "run_upload did not stage a table"
     upload_plan.close()
     for s in upload_sets:
         s.free()
     # pieces of the new-pointer path (plan internals, for reference only)
-    calls_ = plan._calls
-    slot = plan._last_slot
-    spec, params = plan._launch_specs[0], plan._params[slot][0]
+    launcher = plan._launcher
+    calls_ = launcher._calls
+    slot = launcher._last_slot
+    spec, params = launcher._launch_specs[0], launcher._params[slot][0]
     table = plan._table(flat[0])
     key_columns = columns[0]
     pieces = {
         "piece_table_lookup": lambda _i: plan._validated.get(
             (*key_columns[0], *key_columns[1], *key_columns[2], *key_columns[3], *key_columns[4])
         ),
-        "piece_stage_write": lambda _i: plan._staging[slot].__setitem__(slice(None), table),
+        "piece_stage_write": lambda _i: launcher._staging[slot].__setitem__(slice(None), table),
         "piece_is_capturing": lambda _i: calls_.stream_is_capturing(stream),
-        "piece_set_context": lambda _i: calls_.set_context(plan._context),
+        "piece_set_context": lambda _i: calls_.set_context(launcher._context),
         "piece_launch": lambda _i: calls_.launch(spec, stream, params),
-        "piece_event_record": lambda _i: calls_.event_record(plan._events[slot], stream),
-        "piece_event_query": lambda _i: calls_.event_query(plan._events[slot]),
+        "piece_event_record": lambda _i: calls_.event_record(launcher._events[slot], stream),
+        "piece_event_query": lambda _i: calls_.event_query(launcher._events[slot]),
     }
     pieces["piece_memcpy_async"] = lambda _i: calls_.memcpy_htod_async(
-        plan._slot_address(slot), plan._staging_addresses[slot], plan.layout.slot_bytes, stream
+        launcher.slot_address(slot), launcher._staging_addresses[slot], plan.layout.slot_bytes, stream
     )
     for name, call in pieces.items():
         result[name] = per_call_us(call, batches, per_batch)
@@ -286,15 +287,15 @@ def steady_state(device: int, calls: int, pointer_sets: int, floor) -> dict:
                         address(copy) if copy is not None else None,
                         address(calls_._cuLaunchKernelEx),
                         address(calls_._cuEventRecord),
-                        ctypes.c_void_p(plan._context),
-                        ctypes.c_uint64(plan._slot_address(slot)),
-                        ctypes.c_void_p(plan._staging_addresses[slot]),
+                        ctypes.c_void_p(launcher._context),
+                        ctypes.c_uint64(launcher.slot_address(slot)),
+                        ctypes.c_void_p(launcher._staging_addresses[slot]),
                         ctypes.c_size_t(plan.layout.slot_bytes),
                         ctypes.c_void_p(spec.config_address),
                         ctypes.c_void_p(spec.function),
                         ctypes.c_void_p(stream),
                         ctypes.c_void_p(params),
-                        ctypes.c_void_p(plan._events[slot]),
+                        ctypes.c_void_p(launcher._events[slot]),
                     )
                 )
             result[key] = statistics.median(samples)

@@ -149,10 +149,13 @@ class LaunchLayout:
     def slots(self) -> int:
         return self.ring_slots + 1
 
-    @property
-    def zero_workspace(self) -> bool:
-        """Whether both workspaces must be zeroed before the first launch."""
-        return any(v.workspace.zero_once for v in self.variants)
+    def zero_once(self) -> list[tuple[int, int]]:
+        """``(offset, bytes)`` to zero before the first launch: both workspaces (eager and
+        graph) when a kernel needs its workspace zeroed once."""
+        if not any(v.workspace.zero_once for v in self.variants):
+            return []
+        start = self.workspace_offset
+        return [(start, self.graph_workspace_offset + self.workspace_bytes - start)]
 
     def slot_offset(self, slot: int) -> int:
         return self.ring_offset + slot * self.slot_bytes

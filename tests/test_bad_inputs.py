@@ -293,12 +293,12 @@ def test_set_graph_pointers_refuses_bad_operand(fake, artifacts, mutate, message
     """The same catalogue through set_graph_pointers: refused, staging left unchanged."""
     with plan.GroupedGemmPlan(SIZES, artifacts=artifacts, ring_slots=2) as p:
         p.set_graph_pointers(*operands_for(SIZES))
-        staged = bytes(p._staging[p.graph_slot])
+        staged = bytes(p._launcher._staging[p.graph_slot])
         start = len(fake.calls)
         with pytest.raises(InvalidProblemError, match=message):
             p.set_graph_pointers(*mutate(operands_for(SIZES)))
         assert fake.names()[start:] == []
-        assert bytes(p._staging[p.graph_slot]) == staged
+        assert bytes(p._launcher._staging[p.graph_slot]) == staged
 
 
 # ---------------------------------------------------------------------------------------

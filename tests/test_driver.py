@@ -58,7 +58,7 @@ def run_with(fake_class, manifest, artifacts, sizes, runs, **fake_kwargs):
         with plan.GroupedGemmPlan(sizes, artifacts=artifacts, ring_slots=2) as p:
             for ops in runs:
                 p.run(*ops, stream=5)
-            calls = type(p._calls).__name__
+            calls = type(p._launcher._calls).__name__
     return fake, calls
 
 
@@ -90,7 +90,7 @@ def test_direct_call_failure_names_the_operation(manifest, artifacts):
             # the table copy was queued: the slot's event still covers it
             assert fake.entry_calls[-3:] == ["cuMemcpyHtoDAsync", "cuLaunchKernelEx",
                                              "cuEventRecord"]  # fmt: skip
-            assert p._slot_seq[0] == p._seq == 1
+            assert p._launcher._slot_seq[0] == p._launcher._seq == 1
             fake.fail["cuLaunchKernelEx"] = 9999  # a code the bindings do not know
             with pytest.raises(CudaError, match="cuLaunchKernelEx.*CUresult 9999"):
                 p.run(*operands_for(sizes), stream=5)

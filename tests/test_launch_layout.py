@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from nvfp4_aot import validation
+from nvfp4_aot import loader, validation
 from nvfp4_aot.launch_layout import (
     ALIGN,
     LaunchLayout,
@@ -75,7 +75,7 @@ def test_grid_and_workspace_come_from_the_variant(manifest):
     assert launch.total_tiles == 12 and launch.persistent_blocks == 10
     assert launch.grid == (10, 1, 1)  # the manifest's grid reads persistent_blocks
     assert layout.workspace_bytes == 10 * Workspace().bytes_per_block
-    assert not layout.zero_workspace
+    assert layout.zero_once() == []
 
 
 def test_static_tables_hold_sizes_and_prefix(manifest):
@@ -118,3 +118,20 @@ def test_kernel_inputs_point_into_the_slot_and_the_right_workspace(manifest):
     assert graph["tensormap_workspace"] == base + layout.graph_workspace_offset
     assert eager["problem_sizes"] == graph["problem_sizes"] == base + launch.sizes_offset
     assert (eager["total_tiles"], eager["persistent_blocks"]) == (3, 3)
+
+
+def test_decode_once_workspaces_are_sized_per_sub_launch_and_zeroed_once():
+    manifest = loader.load_manifest()  # the committed artifacts: both sm_90a families
+    a16 = {"family": "sm90_nvfp4_grouped_gemm_a16", "arch": "sm_90a"}
+    sizes = [(300, 256, 512)] * 120 + [(1000, 256, 1024)]
+    layout = _layout(manifest, sizes, sm_count=132, **a16)
+    first, second = layout.launches
+    workspace = layout.variants[0].workspace
+    need = max(
+        workspace.bytes_for(validation.problem_sizes(sizes[:120]), first.persistent_blocks),
+        workspace.bytes_for(validation.problem_sizes(sizes[120:]), second.persistent_blocks),
+    )
+    assert layout.workspace_bytes == -(-need // ALIGN) * ALIGN
+    (zeroed,) = layout.zero_once()
+    assert zeroed == (layout.workspace_offset,
+                      layout.graph_workspace_offset + layout.workspace_bytes - layout.workspace_offset)  # fmt: skip

@@ -196,7 +196,7 @@ def ctx(device: int) -> str:
 
 
 def plan_range(p: plan.GroupedGemmPlan) -> range:
-    base = p._resources.device_ptr
+    base = p._launcher._resources.device_ptr
     return range(base, base + p.device_bytes)
 
 
@@ -230,15 +230,15 @@ def test_each_device_loads_its_library_once_in_its_own_context(two_gpus, artifac
         assert fake.library_context[k0.library] == ctx(0)
         assert fake.library_context[k1.library] == ctx(1)
         assert k0.function.context == ctx(0) and k1.function.context == ctx(1)
-        assert p0._kernels[0] is k0 is q0._kernels[0]
-        assert p1._kernels[0] is k1 is q1._kernels[0]
+        assert p0._launcher._kernels[0] is k0 is q0._launcher._kernels[0]
+        assert p1._launcher._kernels[0] is k1 is q1._launcher._kernels[0]
         # the function attributes were set on each context's function in that context
         assert {(c, f) for c, f in fake.of("cuFuncSetAttribute")} == {
             (ctx(0), ctx(0)), (ctx(1), ctx(1))}  # fmt: skip
         # every plan allocated with its own device's context current
         for p in (p0, p1, q0, q1):
-            assert fake.allocation_context[p._resources.device_ptr] == ctx(p.device)
-            events = {e.ident for e in p._resources.events + [p._resources.sync_event]}
+            assert fake.allocation_context[p._launcher._resources.device_ptr] == ctx(p.device)
+            events = {e.ident for e in p._launcher._resources.events + [p._launcher._resources.sync_event]}
             created = {d: c for c, d in fake.of("cuEventCreate")}
             assert {created[e] for e in events} == {ctx(p.device)}
             static_copies = [c for c, dst in fake.of("cuMemcpyHtoD") if dst in plan_range(p)]
@@ -249,7 +249,7 @@ def test_each_device_loads_its_library_once_in_its_own_context(two_gpus, artifac
     # each plan's memory was freed with its own device current
     frees = dict((dst, c) for c, dst in fake.of("cuMemFree"))
     for p in (p0, p1, q0, q1):
-        assert p._resources.device_ptr == 0
+        assert p._launcher._resources.device_ptr == 0
     assert sorted(frees.values()) == [ctx(0), ctx(0), ctx(1), ctx(1)]
     assert all(frees[ptr] == fake.allocation_context[ptr] for ptr in frees)
 
@@ -403,7 +403,7 @@ def test_two_threads_drive_their_devices_concurrently(two_gpus, artifacts):
         w1 = {inp["tensormap_workspace"] for s in range(5) for inp in plans[1].kernel_inputs(s)}
         assert not w0 & w1 and w0 <= set(r0) and w1 <= set(r1)
         for p in plans.values():
-            assert fake.allocation_context[p._resources.device_ptr] == ctx(p.device)
+            assert fake.allocation_context[p._launcher._resources.device_ptr] == ctx(p.device)
         for current, dst in fake.of("cuMemcpyHtoDAsync"):
             assert dst in plan_range(plans[0 if current == ctx(0) else 1])
         for current, event_ctx in fake.of("cuEventRecord"):

@@ -80,7 +80,7 @@ def test_graph_capture_uses_its_own_slot_and_workspace(make_fake, artifacts):
         start = len(fake.calls)
         p.set_graph_pointers(*other)
         assert fake.names()[start:] == []  # host staging only
-        words = p._staging[p.graph_slot].cast("Q")
+        words = p._launcher._staging[p.graph_slot].cast("Q")
         assert other[0][1].__cuda_array_interface__["data"][0] in words.tolist()
         with pytest.raises(InvalidProblemError, match="a has 1 operands"):
             p.set_graph_pointers(other[0][:1], *other[1:])

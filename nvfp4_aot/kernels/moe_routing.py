@@ -1,0 +1,232 @@
+"""MoE routing setup: device token counts -> the tables the grouped GEMM kernels read.
+
+A router decides on the GPU how many tokens each expert gets. This kernel runs on the
+same stream just before the grouped GEMM and writes, for every sub-launch ("chunk") of
+at most ``num_groups`` experts, exactly the tables the GEMM kernels already read:
+problem sizes (m, n, k, 1), A/B/C and SFA/SFB pointers, and the CTA prefix, with the
+experts that got no tokens compacted away (the GEMM schedulers allow empty groups only
+after the last group with tiles). The GEMM cubins stay as they are: they take the total
+tile count from ``cta_prefix[G]`` on the device, so a grid fixed at plan creation serves
+every routing, and an all-empty routing launches CTAs that find no tile.
+
+Two layouts (``nvfp4_aot.moe`` documents them with a picture):
+
+* contiguous (layout 0): ``routing`` is int32 offsets[E + 1]; expert e owns the rows
+  offsets[e] .. offsets[e + 1] of A (T, k/2) and C (T, n). Its activation scales start
+  at row sf_offset[e] = sum over j < e of round_up(m_j, 128) of one blocked SFA buffer.
+* masked (layout 1): ``routing`` is int32 masked_m[E]; expert e owns rows
+  e * max_m .. e * max_m + masked_m[e] of A (E * max_m, k/2) and C (E * max_m, n), and
+  the blocked SFA of max_m rows at e * blocked_scale_bytes(max_m, k).
+
+Hostile counts cannot make the GEMM write outside C: every expert's rows are clamped
+to the plan's capacity (contiguous: 0 <= offsets[e] <= offsets[e + 1] <= capacity after
+clamping; masked: 0 <= m_e <= max_m).
+
+One CTA per chunk, one thread per expert of the chunk (threads >= num_groups + 1). The
+contiguous layout's scale offset of the chunk's first expert is a sum over all earlier
+experts, which each CTA adds up itself (no inter-CTA communication).
+
+Kernel parameters: ``plan`` (int64 words written once by the runtime, see
+``nvfp4_aot.moe.PLAN_WORDS``), ``run`` (int64 words per run: routing, A, B, C, SFA,
+SFB device addresses), ``num_chunks`` (int32: the grid).
+"""
+
+import cutlass
+import cutlass.cute as cute
+from cutlass.cute.runtime import make_ptr
+from cutlass.memory import SmemAllocator
+
+FAMILY = "moe_routing"
+ARCHS = ("sm_90a", "sm_100a", "sm_103a")
+THREADS = 128
+WARPS = THREADS // 32
+SF_BLOCK_ROWS = 128  # rows of one blocked-scale atom: each expert's SFA starts on one
+
+# Words of the plan description (int64), shared with nvfp4_aot/moe.py through the
+# manifest-independent constants below; the runtime asserts they agree.
+P_EXPERTS, P_LAYOUT, P_CAPACITY, P_N, P_K, P_TILE_M, P_TILE_N = range(7)
+P_A_ROW_BYTES, P_C_ROW_BYTES, P_SFA_ROW_BYTES = 7, 8, 9
+P_B_EXPERT_BYTES, P_SFB_EXPERT_BYTES, P_SFA_EXPERT_BYTES = 10, 11, 12
+P_HEADER_WORDS = 16
+# per chunk: first expert, experts, then the device addresses of its four tables
+C_START, C_COUNT, C_SIZES, C_ABC, C_SCALES, C_PREFIX = range(6)
+C_WORDS = 8
+# words of the per-run table
+R_ROUTING, R_A, R_B, R_C, R_SFA, R_SFB = range(6)
+R_WORDS = 8
+LAYOUT_CONTIGUOUS, LAYOUT_MASKED = 0, 1
+
+# Unused by this kernel; the bake records them for every family.
+TILE_M, TILE_N, TILE_K = 1, 1, 1
+
+
+@cute.jit
+def block_scan(value: cutlass.Int32, s_warp: cute.Tensor, tidx: cutlass.Int32):
+    """(exclusive prefix, total) of ``value`` over the CTA's threads, in thread order."""
+    lane = tidx % 32
+    warp = tidx // 32
+    inclusive = value
+    for d in cutlass.range_constexpr(5):
+        other = cute.arch.shuffle_sync_up(inclusive, 1 << d, mask_and_clamp=0)
+        if lane >= (1 << d):
+            inclusive = inclusive + other
+    if lane == 31:
+        s_warp[warp] = inclusive
+    cute.arch.barrier()
+    before = cutlass.Int32(0)
+    total = cutlass.Int32(0)
+    for w in cutlass.range_constexpr(WARPS):
+        partial = s_warp[w]
+        if w < warp:
+            before = before + partial
+        total = total + partial
+    cute.arch.barrier()  # s_warp is reused by the next scan
+    return before + inclusive - value, total
+
+
+@cute.jit
+def expert_rows(expert, routing: cute.Tensor, layout, capacity):
+    """(first row, rows) of ``expert``, clamped to the plan's capacity."""
+    first = cutlass.Int32(0)
+    rows = cutlass.Int32(0)
+    if layout == LAYOUT_CONTIGUOUS:
+        start = cutlass.min(cutlass.max(routing[expert], 0), capacity)
+        end = cutlass.min(cutlass.max(routing[expert + 1], start), capacity)
+        first = start
+        rows = end - start
+    else:
+        rows = cutlass.min(cutlass.max(routing[expert], 0), capacity)
+        first = expert * capacity
+    return first, rows
+
+
+@cute.kernel
+def kernel(plan: cute.Tensor, run: cute.Tensor, num_groups: cutlass.Constexpr[int]):
+    tidx, _, _ = cute.arch.thread_idx()
+    chunk, _, _ = cute.arch.block_idx()
+
+    @cute.struct
+    class SharedStorage:
+        warp_totals: cute.struct.MemRange[cutlass.Int32, WARPS]
+
+    storage = SmemAllocator().allocate(SharedStorage)
+    s_warp = storage.warp_totals.get_tensor(cute.make_layout(WARPS))
+
+    experts = cutlass.Int32(plan[P_EXPERTS])
+    layout = cutlass.Int32(plan[P_LAYOUT])
+    capacity = cutlass.Int32(plan[P_CAPACITY])
+    n = cutlass.Int32(plan[P_N])
+    k = cutlass.Int32(plan[P_K])
+    tile_m = cutlass.Int32(plan[P_TILE_M])
+    tile_n = cutlass.Int32(plan[P_TILE_N])
+    record = P_HEADER_WORDS + chunk * C_WORDS
+    first_expert = cutlass.Int32(plan[record + C_START])
+    chunk_experts = cutlass.Int32(plan[record + C_COUNT])
+    routing = cute.make_tensor(
+        cute.make_ptr(cutlass.Int32, run[R_ROUTING], cute.AddressSpace.gmem, assumed_align=4),
+        cute.make_layout(experts + 1),
+    )
+
+    # Contiguous layout: the blocked-scale row where this chunk's first expert starts.
+    sf_before = cutlass.Int32(0)
+    if layout == LAYOUT_CONTIGUOUS:
+        for base in cutlass.range(0, first_expert, THREADS, unroll=1):
+            padded = cutlass.Int32(0)
+            if base + tidx < first_expert:
+                _first, rows = expert_rows(base + tidx, routing, layout, capacity)
+                padded = (rows + SF_BLOCK_ROWS - 1) // SF_BLOCK_ROWS * SF_BLOCK_ROWS
+            _before, total = block_scan(padded, s_warp, tidx)
+            sf_before = sf_before + total
+
+    expert = first_expert + tidx
+    first = cutlass.Int32(0)
+    rows = cutlass.Int32(0)
+    if tidx < chunk_experts:
+        first, rows = expert_rows(expert, routing, layout, capacity)
+    active = cutlass.Int32(0)
+    tiles = cutlass.Int32(0)
+    if rows > 0:
+        active = cutlass.Int32(1)
+        tiles = (rows + tile_m - 1) // tile_m * ((n + tile_n - 1) // tile_n)
+    padded = (rows + SF_BLOCK_ROWS - 1) // SF_BLOCK_ROWS * SF_BLOCK_ROWS
+    slot, used = block_scan(active, s_warp, tidx)
+    tile_before, total_tiles = block_scan(tiles, s_warp, tidx)
+    sf_row, _sf_total = block_scan(padded, s_warp, tidx)
+    sf_row = sf_row + sf_before
+
+    sizes = cute.make_tensor(
+        cute.make_ptr(cutlass.Int32, plan[record + C_SIZES], cute.AddressSpace.gmem,
+                      assumed_align=16),
+        cute.make_layout((num_groups, 4), stride=(4, 1)),
+    )  # fmt: skip
+    abc = cute.make_tensor(
+        cute.make_ptr(cutlass.Int64, plan[record + C_ABC], cute.AddressSpace.gmem,
+                      assumed_align=16),
+        cute.make_layout((num_groups, 3), stride=(3, 1)),
+    )  # fmt: skip
+    scales = cute.make_tensor(
+        cute.make_ptr(cutlass.Int64, plan[record + C_SCALES], cute.AddressSpace.gmem,
+                      assumed_align=16),
+        cute.make_layout((num_groups, 2), stride=(2, 1)),
+    )  # fmt: skip
+    prefix = cute.make_tensor(
+        cute.make_ptr(cutlass.Int32, plan[record + C_PREFIX], cute.AddressSpace.gmem,
+                      assumed_align=16),
+        cute.make_layout(num_groups + 1),
+    )  # fmt: skip
+
+    if active == 1:
+        expert64 = cutlass.Int64(expert)
+        sizes[slot, 0] = rows
+        sizes[slot, 1] = n
+        sizes[slot, 2] = k
+        sizes[slot, 3] = cutlass.Int32(1)
+        abc[slot, 0] = run[R_A] + cutlass.Int64(first) * plan[P_A_ROW_BYTES]
+        abc[slot, 1] = run[R_B] + expert64 * plan[P_B_EXPERT_BYTES]
+        abc[slot, 2] = run[R_C] + cutlass.Int64(first) * plan[P_C_ROW_BYTES]
+        if layout == LAYOUT_CONTIGUOUS:
+            scales[slot, 0] = run[R_SFA] + cutlass.Int64(sf_row) * plan[P_SFA_ROW_BYTES]
+        else:
+            scales[slot, 0] = run[R_SFA] + expert64 * plan[P_SFA_EXPERT_BYTES]
+        scales[slot, 1] = run[R_SFB] + expert64 * plan[P_SFB_EXPERT_BYTES]
+        prefix[slot] = tile_before
+    # Slots past the active experts: empty groups (zero sizes and pointers) whose CTA
+    # prefix entry is the total, up to and including prefix[num_groups].
+    if tidx >= used:
+        if tidx < num_groups:
+            for j in cutlass.range_constexpr(4):
+                sizes[tidx, j] = cutlass.Int32(0)
+            for j in cutlass.range_constexpr(3):
+                abc[tidx, j] = cutlass.Int64(0)
+            for j in cutlass.range_constexpr(2):
+                scales[tidx, j] = cutlass.Int64(0)
+        if tidx <= num_groups:
+            prefix[tidx] = total_tiles
+
+
+@cute.jit
+def routing_host(
+    ptr_of_plan: cute.Pointer,
+    ptr_of_run: cute.Pointer,
+    num_chunks: cutlass.Int32,
+    num_groups: cutlass.Constexpr[int],
+):
+    """Launch one CTA per chunk of at most ``num_groups`` experts."""
+    plan = cute.make_tensor(ptr_of_plan, cute.make_layout(P_HEADER_WORDS + num_chunks * C_WORDS))
+    run = cute.make_tensor(ptr_of_run, cute.make_layout(R_WORDS))
+    kernel(plan, run, num_groups).launch(grid=(num_chunks, 1, 1), block=[THREADS, 1, 1])
+    return
+
+
+def compile(num_groups: int):
+    """Compile for chunks of at most ``num_groups`` experts (< THREADS)."""
+    if not 1 <= num_groups < THREADS:
+        raise ValueError(f"the routing kernel handles 1..{THREADS - 1} groups per chunk")
+    gmem = cute.AddressSpace.gmem
+    return cute.compile(
+        routing_host,
+        make_ptr(cutlass.Int64, 0, gmem, assumed_align=16),
+        make_ptr(cutlass.Int64, 0, gmem, assumed_align=16),
+        cutlass.Int32(1),
+        num_groups,
+    )
