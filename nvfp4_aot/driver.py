@@ -543,11 +543,6 @@ def run_calls() -> DirectCalls | BindingsCalls:
     return _direct_calls
 
 
-def handle(obj) -> int:
-    """The integer value of a driver handle (context, function, event, stream)."""
-    return int(obj)
-
-
 def current_context(ordinal: int):
     """The retained primary context of ``ordinal`` (after :func:`activate`)."""
     activate(ordinal)
