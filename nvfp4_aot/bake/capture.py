@@ -33,6 +33,7 @@ from ..driver import (
     ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
     FUNC_ATTR_SHARED_SIZE_BYTES,
     FUNCTION_ATTRIBUTES,
+    LAUNCH_ATTR_CLUSTER_DIMENSION,
     LAUNCH_ATTRIBUTES,
 )
 from ..errors import CaptureError
@@ -424,7 +425,7 @@ def capture_launch(
     )
     launch_attributes = _launch_attributes(runs)
     cluster = next(
-        (a.values for a in launch_attributes if a.name == "cluster_dimension"), (1, 1, 1)
+        (a.values for a in launch_attributes if a.id == LAUNCH_ATTR_CLUSTER_DIMENSION), (1, 1, 1)
     )
     return Variant(
         **identity,
