@@ -10,6 +10,7 @@ Needs the build extra (nvidia-cutlass-dsl) and gcc; no GPU. Examples:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import shutil
 import sys
@@ -136,6 +137,8 @@ def main(archs, groups, out: Path, check: bool, quiet: bool):  # fmt: skip
                 for family in families_for_arch(arch)
                 for g in groups
             ]
+        if not check:
+            _check_writable(out)  # before minutes of compiling, not after
         with tempfile.TemporaryDirectory(prefix="nvfp4-bake-") as tmp:
             baked = _bake(combos, Path(tmp) / "work", quiet)
             if check:
@@ -153,7 +156,6 @@ def main(archs, groups, out: Path, check: bool, quiet: bool):  # fmt: skip
                     f"--check: a fresh build reproduces {out} exactly ({len(baked)} variants)"
                 )
                 return
-            _check_writable(out)
             write_artifacts(out, baked)
     except Nvfp4Error as exc:
         raise click.ClickException(str(exc)) from exc
@@ -162,6 +164,10 @@ def main(archs, groups, out: Path, check: bool, quiet: bool):  # fmt: skip
 
 
 def _check_writable(out: Path) -> None:
+    """Refuse an output directory that cannot be created or written; leave nothing behind."""
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
@@ -170,6 +176,12 @@ def _check_writable(out: Path) -> None:
         raise click.ClickException(
             f"cannot write to the output directory {out}: {exc.strerror}"
         ) from exc
+    finally:
+        created = out
+        while created != existing:  # the directories made here, innermost first
+            with contextlib.suppress(OSError):
+                created.rmdir()
+            created = created.parent
 
 
 if __name__ == "__main__":

@@ -31,13 +31,41 @@ CU_STREAM_NON_BLOCKING = 0x1
 _CUDA_ERROR_NOT_READY = 600
 _CUDA_ERROR_INVALID_VALUE = 1
 
-# CUdevice_attribute values used here
+# The CUDA enum numbers nvfp4-aot uses, here and in the build's launch capture
+# (nvfp4_aot.bake.capture), which records them in the manifest.
+# CUdevice_attribute
 ATTR_MULTIPROCESSOR_COUNT = 16
 ATTR_COMPUTE_CAPABILITY_MAJOR = 75
 ATTR_COMPUTE_CAPABILITY_MINOR = 76
 ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
-# CUpointer_attribute values used here
+# CUpointer_attribute
 POINTER_ATTR_DEVICE_ORDINAL = 9
+# CUfunction_attribute: the one the DSL host code queries, and those it may set (-> name)
+FUNC_ATTR_SHARED_SIZE_BYTES = 1
+FUNCTION_ATTRIBUTES = {
+    8: "max_dynamic_shared_size_bytes",
+    9: "preferred_shared_memory_carveout",
+    10: "cluster_size_must_be_set",
+    11: "required_cluster_width",
+    12: "required_cluster_height",
+    13: "required_cluster_depth",
+    14: "non_portable_cluster_size_allowed",
+    15: "cluster_scheduling_policy_preference",
+}
+# CUlaunchAttributeID (the same numbering in the runtime and driver APIs)
+LAUNCH_ATTR_COOPERATIVE = 2
+LAUNCH_ATTR_CLUSTER_DIMENSION = 4
+LAUNCH_ATTR_CLUSTER_SCHEDULING_POLICY_PREFERENCE = 5
+LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+LAUNCH_ATTR_PRIORITY = 8
+# id -> (name in the manifest, 32-bit words of the value used); launch_config sets these
+LAUNCH_ATTRIBUTES = {
+    LAUNCH_ATTR_COOPERATIVE: ("cooperative", 1),
+    LAUNCH_ATTR_CLUSTER_DIMENSION: ("cluster_dimension", 3),
+    LAUNCH_ATTR_CLUSTER_SCHEDULING_POLICY_PREFERENCE: ("cluster_scheduling_policy_preference", 1),
+    LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION: ("programmatic_stream_serialization", 1),
+    LAUNCH_ATTR_PRIORITY: ("priority", 1),
+}
 
 
 def backend():
@@ -359,15 +387,15 @@ def function_param_info(function, count: int) -> list[tuple[int, int]] | None:
 
 def _attribute_value(attribute, attr_id: int, values: Sequence[int]) -> None:
     value = attribute.value
-    if attr_id == 2:
+    if attr_id == LAUNCH_ATTR_COOPERATIVE:
         value.cooperative = values[0]
-    elif attr_id == 4:
+    elif attr_id == LAUNCH_ATTR_CLUSTER_DIMENSION:
         value.clusterDim.x, value.clusterDim.y, value.clusterDim.z = values
-    elif attr_id == 5:
+    elif attr_id == LAUNCH_ATTR_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
         value.clusterSchedulingPolicyPreference = backend().CUclusterSchedulingPolicy(values[0])
-    elif attr_id == 6:
+    elif attr_id == LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION:
         value.programmaticStreamSerializationAllowed = values[0]
-    elif attr_id == 8:
+    elif attr_id == LAUNCH_ATTR_PRIORITY:
         value.priority = values[0]
     else:
         raise ValueError(f"launch attribute id {attr_id} is not supported by nvfp4_aot.driver")
@@ -574,11 +602,6 @@ def run_calls() -> DirectCalls | BindingsCalls:
             if _direct_calls is None:
                 _direct_calls = DirectCalls()
     return _direct_calls
-
-
-def handle(obj) -> int:
-    """The integer value of a driver handle (context, function, event, stream)."""
-    return int(obj)
 
 
 def current_context(ordinal: int):

@@ -1,16 +1,19 @@
-"""Pick, verify and load the baked kernel variant for a device.
+"""Read the manifest, verify cubins and load baked kernels on a device.
 
-The manifest is read and validated once per artifacts directory. For a device the
-loader keeps the variants whose compute capability equals the device's exactly ('a'
-targets such as sm_90a or sm_100a run on that one capability only) and, for a number of
-groups, picks the one with the fewest baked groups that is still enough. Before the
-driver sees a cubin its size, sha256 and ELF arch are checked: the driver accepts an
-sm_100a cubin on an sm_90 GPU and only later reports that it holds no kernels.
-
-Loading (``cuLibraryLoadData`` -> ``cuLibraryGetKernel`` -> ``cuKernelGetFunction`` in
-the device's primary context), the ABI check against ``cuFuncGetParamInfo`` and setting
-the function attributes happen once per (artifacts directory, device, variant), under a
-lock, on first use.
+* :func:`load_manifest` reads and validates ``manifest.json`` once per artifacts
+  directory.
+* :func:`variants_for` keeps the variants whose compute capability equals the device's
+  exactly ('a' targets such as sm_90a or sm_100a run on that one capability only),
+  by family, fewest groups first. Which family a plan runs is
+  :func:`nvfp4_aot.selection.choose_family`'s choice, and the plan splits its groups
+  over that family's baked group counts.
+* :func:`read_cubin` checks a cubin's size, sha256 and ELF arch before the driver sees
+  it: the driver accepts an sm_100a cubin on an sm_90 GPU and only later reports that it
+  holds no kernels.
+* :func:`load_kernel` loads a variant (``cuLibraryLoadData`` -> ``cuLibraryGetKernel``
+  -> ``cuKernelGetFunction`` in the device's primary context), checks its parameters
+  against ``cuFuncGetParamInfo`` and sets its function attributes, once per (artifacts
+  directory, device, variant), under a lock, on first use.
 """
 
 from __future__ import annotations
@@ -93,17 +96,6 @@ def variants_for(
             "Use a GPU of one of these architectures or bake a variant for this one"
         )
     return sorted(found, key=lambda v: (v.family, v.num_groups))
-
-
-def select_variant(variants: list[Variant], num_groups: int) -> Variant:
-    """The variant with the fewest baked groups that holds ``num_groups`` groups."""
-    for variant in variants:
-        if variant.num_groups >= num_groups:
-            return variant
-    raise UnsupportedDeviceError(
-        f"no baked variant holds {num_groups} groups (at most "
-        f"{variants[-1].num_groups}); split the groups into several launches"
-    )
 
 
 def read_cubin(directory: Path, variant: Variant) -> bytes:

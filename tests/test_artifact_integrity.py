@@ -20,6 +20,9 @@ on a corrupt cubin and on a directory without a manifest.
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import functools
 import hashlib
 import json
 import re
@@ -33,7 +36,8 @@ from click.testing import CliRunner
 
 from nvfp4_aot import cli, loader, plan
 from nvfp4_aot.errors import ArtifactError, Nvfp4Error, UnsupportedDeviceError
-from nvfp4_aot.manifest import MANIFEST_NAME
+from nvfp4_aot.kernels import FAMILIES, family_named
+from nvfp4_aot.manifest import INPUT_NAMES, MANIFEST_NAME
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fake_driver import FakeDriver, installed  # noqa: E402
@@ -332,3 +336,185 @@ def test_corrupt_cubin_of_another_arch_does_not_block_this_device(art, install):
     with pytest.raises(ArtifactError, match=r"has sha256 [0-9a-f]{64}, the manifest says"):
         loader.read_cubin(art, loader.load_manifest(art).variant(
             other["family"], other["arch"], other["num_groups"]))  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------
+# which input goes to which kernel parameter, read from the kernel sources
+#
+# The capture names an input slot after the host launcher argument whose sentinel it
+# found there, so a wrong name (inputs passed in another order than INPUT_NAMES, or a
+# hand-edited manifest) would still reproduce the DSL's bytes. This pin derives the
+# same facts from the kernel sources instead: the host launcher's argument order, the
+# @cute.kernel's parameter order and which host argument shapes which tensor.
+
+# The stem each input's arguments carry in every kernel source (host launcher argument,
+# kernel parameter, tensor built from it).
+ARGUMENT_STEMS = {
+    "problem_sizes": "problem_sizes",
+    "abc_ptrs": "abc_pointers",
+    "sfasfb_ptrs": "scale_pointers",
+    "cta_prefix": "cta_prefix",
+    "tensormap": "tensormap_workspace",
+    "total_num_clusters": "total_tiles",
+    "persistent_blocks": "persistent_blocks",
+}
+
+
+def _input_of(node) -> str | None:
+    """The input an argument name (or ast.Name) stands for, by its stem."""
+    name = node.id if isinstance(node, ast.Name) else node
+    if not isinstance(name, str):
+        return None
+    found = {input_name for stem, input_name in ARGUMENT_STEMS.items() if stem in name}
+    assert len(found) <= 1, f"{name} matches several inputs: {found}"
+    return found.pop() if found else None
+
+
+def _decorated(function: ast.FunctionDef, attr: str) -> bool:
+    return any(
+        isinstance(d, ast.Attribute) and d.attr == attr and getattr(d.value, "id", "") == "cute"
+        for d in function.decorator_list
+    )
+
+
+def _compile_time(arg: ast.arg) -> bool:
+    """A kernel argument that becomes no kernel parameter (a constant or a static layout)."""
+    annotation = ast.unparse(arg.annotation) if arg.annotation else ""
+    return "Constexpr" in annotation or annotation.endswith(("Layout", "ComposedLayout"))
+
+
+def _source_trees(module: str) -> list[ast.Module]:
+    """The family module and the kernel modules it imports (shared helpers)."""
+    trees, todo, seen = [], [module], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        path = REPO / (name.replace(".", "/") + ".py")
+        if not path.exists():
+            path = REPO / name.replace(".", "/") / "__init__.py"
+        tree = ast.parse(path.read_text())
+        trees.append(tree)
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                todo.append(f"{package}.{node.module}" if node.module else package)
+    return trees
+
+
+def source_launch_inputs(module: str) -> tuple[dict[int, list[str]], str | None, list[str]]:
+    """From a kernel family's sources: {kernel parameter index: the inputs it carries},
+    the input that is the grid's x dimension, and the inputs in host argument order."""
+    trees = _source_trees(module)
+    functions = {n.name: n for t in trees for n in ast.walk(t) if isinstance(n, ast.FunctionDef)}
+    compile_call = next(
+        n for n in ast.walk(functions["compile"])
+        if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "compile"
+    )  # fmt: skip
+    host = functions[compile_call.args[0].id]
+    assert _decorated(host, "jit"), host.name
+    host_order = [_input_of(a.arg) for a in host.args.args if not _compile_time(a)]
+    launch = next(
+        n for n in ast.walk(host)
+        if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "launch"
+    )  # fmt: skip
+    kernel = functions[launch.func.value.func.id]
+    assert _decorated(kernel, "kernel"), kernel.name
+    parameters = [a.arg for a in kernel.args.args if not _compile_time(a)]
+    # int32 inputs travel inside the tensors whose dynamic shape they give
+    shaped_by: dict[str, list[str]] = {}
+    for node in (n for t in trees for n in ast.walk(t)):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "make_tensor":
+            pointer, layout = node.args[:2]
+            shape = layout.args[0] if isinstance(layout, ast.Call) else None
+            elements = shape.elts if isinstance(shape, ast.Tuple) else [shape]
+            shaped_by[_input_of(pointer)] = [i for i in map(_input_of, elements) if i]
+    carried = {}
+    for index, parameter in enumerate(parameters):
+        name = _input_of(parameter)
+        if name is not None:
+            carried[index] = sorted([name, *shaped_by.get(name, [])])
+    grid = next(k.value for k in launch.keywords if k.arg == "grid")
+    if isinstance(grid, ast.Name):  # grid = (...) earlier in the host function
+        grid = next(
+            n.value for n in ast.walk(host)
+            if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == grid.id
+        )  # fmt: skip
+    return carried, _input_of(grid.elts[0]), host_order
+
+
+def launch_input_problems(variant, carried, grid_x) -> list[str]:
+    """Where the manifest's input slots (and grid) disagree with the sources, as lines."""
+    manifest = {p.index: sorted(s.name for s in p.slots) for p in variant.params if p.slots}
+    problems = [
+        f"{variant.name}: kernel parameter {index} carries {manifest.get(index, [])} in the "
+        f"manifest, {names} in the kernel source"
+        for index, names in sorted(carried.items())
+        if manifest.get(index) != names
+    ]
+    problems += [
+        f"{variant.name}: kernel parameter {index} carries {names} in the manifest, "
+        "nothing in the kernel source"
+        for index, names in sorted(manifest.items())
+        if index not in carried
+    ]
+    if variant.grid[0].input != grid_x:
+        problems.append(
+            f"{variant.name}: grid x is input {variant.grid[0].input!r} in the manifest, "
+            f"{grid_x!r} in the kernel source"
+        )
+    return problems
+
+
+@functools.cache
+def family_sources(family: str):
+    return source_launch_inputs(family_named(family).module)
+
+
+@pytest.mark.parametrize("family", [f.name for f in FAMILIES])
+def test_host_launcher_takes_inputs_in_manifest_order(family):
+    """The recorder passes sentinels in INPUT_NAMES order: the host launcher's arguments."""
+    assert family_sources(family)[2] == list(INPUT_NAMES)
+
+
+def test_manifest_input_slots_match_the_kernel_sources():
+    manifest = loader.load_manifest(COMMITTED)
+    problems = []
+    for variant in manifest.variants:
+        carried, grid_x, _ = family_sources(variant.family)
+        problems += launch_input_problems(variant, carried, grid_x)
+    assert problems == []
+    assert {v.family for v in manifest.variants} == {f.name for f in FAMILIES}
+
+
+def _swap_names(variant, first: str, second: str):
+    rename = {first: second, second: first}
+    params = tuple(
+        dataclasses.replace(
+            p,
+            slots=tuple(dataclasses.replace(s, name=rename.get(s.name, s.name)) for s in p.slots),
+        )
+        for p in variant.params
+    )
+    grid = tuple(
+        dataclasses.replace(g, input=rename.get(g.input, g.input)) if g.input else g
+        for g in variant.grid
+    )
+    return dataclasses.replace(variant, params=params, grid=grid)
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [("abc_pointers", "scale_pointers"), ("problem_sizes", "cta_prefix"),
+     ("tensormap_workspace", "abc_pointers"), ("persistent_blocks", "total_tiles")],
+)  # fmt: skip
+def test_swapped_input_names_are_caught(first, second):
+    """A manifest with two inputs' names swapped packs the same bytes; the pin refuses it."""
+    for variant in loader.load_manifest(COMMITTED).variants:
+        carried, grid_x, _ = family_sources(variant.family)
+        swapped = _swap_names(variant, first, second)
+        assert swapped != variant
+        problems = launch_input_problems(swapped, carried, grid_x)
+        assert problems, f"{variant.name}: swapping {first} and {second} went unnoticed"
+        assert all(variant.name in p for p in problems)

@@ -380,18 +380,6 @@ def test_negative_device(fake, artifacts):
     assert work_after(fake, 0) == []
 
 
-def test_no_variant_holds_too_many_groups(fake, artifacts):
-    """No API takes an explicit variant; the loader's selection refuses > G groups."""
-    manifest = loader.load_manifest(artifacts)
-    variants = loader.variants_for(manifest, (10, 0))
-    with pytest.raises(
-        UnsupportedDeviceError,
-        match=r"no baked variant holds 121 groups \(at most 120\); split the groups",
-    ):
-        loader.select_variant(variants, 121)
-    assert fake.calls == []
-
-
 # ---------------------------------------------------------------------------------------
 # the plan's lifetime
 

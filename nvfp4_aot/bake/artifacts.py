@@ -59,7 +59,7 @@ class CompiledVariant:
 def compile_variant(family_name: str, arch: str, num_groups: int, workdir: Path) -> CompiledVariant:
     """Compile one variant in a child process (the DSL reads its target from the environment)."""
     family = family_named(family_name)
-    if arch not in family.archs:
+    if arch not in family.archs:  # the registry is the one declaration of a family's archs
         raise CaptureError(f"kernel family {family.name} does not serve {arch} ({family.archs})")
     prefix = f"nvfp4_{family.name}_{arch}_g{num_groups}"
     out = workdir / prefix
@@ -93,37 +93,28 @@ def compile_variant(family_name: str, arch: str, num_groups: int, workdir: Path)
 def describe_variant(compiled: CompiledVariant, workdir: Path, seed: int = 0) -> Variant:
     """Capture the launch ABI of a compiled variant and describe it for the manifest."""
     family = family_named(compiled.family)
-    launch = capture_launch(compiled.exported, workdir, seed=seed)
-    compute_capability = ARCH_COMPUTE_CAPABILITY[compiled.arch]
-    if launch.sm != compute_capability[0] * 10 + compute_capability[1]:
-        raise CaptureError(f"the cubin for {compiled.arch} says it is for sm_{launch.sm}")
-    return Variant(
+    return capture_launch(
+        compiled.exported,
+        workdir,
+        seed=seed,
         name=f"{family.name}.{compiled.arch}.g{compiled.num_groups}",
         family=family.name,
         arch=compiled.arch,
-        compute_capability=compute_capability,
+        compute_capability=ARCH_COMPUTE_CAPABILITY[compiled.arch],
         num_groups=compiled.num_groups,
         tile_mnk=compiled.tile_mnk,
         cubin=cubin_file_name(family.name, compiled.arch, compiled.num_groups),
-        sha256=launch.cubin_sha256,
-        cubin_bytes=compiled.exported.cubin.stat().st_size,
-        kernel_symbol=launch.kernel_symbol,
-        block=launch.block,
-        cluster=launch.cluster,
-        grid=launch.grid,
-        dynamic_smem_bytes=launch.dynamic_smem_bytes,
-        param_bytes=launch.param_bytes,
-        params=launch.params,
-        launch_attributes=launch.launch_attributes,
-        function_attributes=launch.function_attributes,
-        registers=launch.registers,
         workspace=family.workspace,
     )
 
 
 def bake_variant(family_name: str, arch: str, num_groups: int, workdir: Path) -> BakedVariant:
     """Compile, capture and describe one variant."""
-    compiled = compile_variant(family_name, arch, num_groups, workdir)
+    return bake_compiled(compile_variant(family_name, arch, num_groups, workdir))
+
+
+def bake_compiled(compiled: CompiledVariant) -> BakedVariant:
+    """Capture and describe a compiled variant."""
     variant = describe_variant(compiled, compiled.exported.object_file.parent.parent)
     return BakedVariant(variant, compiled.exported.cubin.read_bytes(), compiled.compile_seconds)
 

@@ -2,16 +2,19 @@
 
 The object written by ``compiled.export_to_c()`` is linked with ``recorder.c`` (recording
 stand-ins for the eight CUDA runtime functions it imports) and its entry point is called
-several times with distinct random sentinels for every input and a distinct stack poison
-byte. Then, for each kernel parameter byte:
+several times with a distinct stack poison byte and distinct random values for the
+inputs: pointers, and int32 values that alternate between large sentinels and small,
+realistic ones (1..200, what the host code sees at run time; a value the host code
+clamps or derives from then changes between captures instead of looking constant).
+Within a capture no two inputs share a value. Then, for each kernel parameter byte:
 
 * equal in every capture               -> constant,
 * the little-endian encoding of exactly one input in every capture -> an input slot,
 * equal to that capture's poison byte  -> never written by the host code (padding),
 * anything else                        -> the build fails (:class:`CaptureError`).
 
-The result is a :class:`~nvfp4_aot.manifest.Variant` description from which the runtime
-packs, byte for byte, what the DSL would have passed.
+The result is the :class:`~nvfp4_aot.manifest.Variant` from which the runtime packs, byte
+for byte, what the DSL would have passed.
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..cubin import fatbin_cubins, fatbin_size, read_cubin
+from ..driver import (
+    ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+    FUNC_ATTR_SHARED_SIZE_BYTES,
+    FUNCTION_ATTRIBUTES,
+    LAUNCH_ATTR_CLUSTER_DIMENSION,
+    LAUNCH_ATTRIBUTES,
+)
 from ..errors import CaptureError
 from ..manifest import (
     INPUT_KINDS,
@@ -36,6 +46,7 @@ from ..manifest import (
     InputSlot,
     KernelParam,
     LaunchAttribute,
+    Variant,
 )
 from .ptx import entry_params
 
@@ -43,30 +54,15 @@ RECORDER_SOURCE = Path(__file__).with_name("recorder.c")
 
 # cudaDeviceGetAttribute answers given to the host code; the opt-in shared memory limit
 # is varied between captures so that a function attribute derived from it is detected.
-_DEVICE_ATTR_SMEM_OPTIN = 97
 _SMEM_OPTIN_ANSWERS = (232448, 228352, 227328)
-_EXPECTED_DEVICE_QUERIES = {_DEVICE_ATTR_SMEM_OPTIN}
-_EXPECTED_KERNEL_QUERIES = {1}  # CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
-_POISONS = (0xAB, 0x5C, 0xE7)
-
-# Launch attribute ids (identical in the runtime and driver APIs) -> (name, words used)
-LAUNCH_ATTRIBUTES = {
-    2: ("cooperative", 1),
-    4: ("cluster_dimension", 3),
-    5: ("cluster_scheduling_policy_preference", 1),
-    6: ("programmatic_stream_serialization", 1),
-    8: ("priority", 1),
-}
-FUNCTION_ATTRIBUTES = {
-    8: "max_dynamic_shared_size_bytes",
-    9: "preferred_shared_memory_carveout",
-    10: "cluster_size_must_be_set",
-    11: "required_cluster_width",
-    12: "required_cluster_height",
-    13: "required_cluster_depth",
-    14: "non_portable_cluster_size_allowed",
-    15: "cluster_scheduling_policy_preference",
-}
+_EXPECTED_DEVICE_QUERIES = {ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN}
+_EXPECTED_KERNEL_QUERIES = {FUNC_ATTR_SHARED_SIZE_BYTES}
+_POISONS = (0xAB, 0x5C, 0xE7, 0x3D)
+# int32 trial values: sentinels (no realistic value, unlikely anywhere by chance) and
+# realistic values (tile and CTA counts as the runtime passes them)
+SENTINEL_INT32 = range(1 << 16, 1 << 20)
+REALISTIC_INT32 = range(1, 201)
+DEFAULT_CAPTURES = 4  # alternately sentinel and realistic int32 values
 _CALL_DEVICE_GET_ATTR, _CALL_KERNEL_GET_ATTR = 4, 3
 _CALL_KERNEL_SET_ATTR, _CALL_FUNC_SET_ATTR = 6, 7
 
@@ -137,14 +133,42 @@ def _embedded_cubins(address: int) -> list[bytes]:
     return fatbin_cubins(ctypes.string_at(address, fatbin_size(ctypes.string_at(address, 16))))
 
 
-def _random_inputs(rng: random.Random) -> dict[str, int]:
-    values = {}
-    for name, kind in INPUT_KINDS.items():
-        if kind == "pointer":
-            values[name] = rng.getrandbits(64) & ~0xF  # the DSL assumes 16-byte alignment
-        else:
-            values[name] = rng.randrange(1 << 16, 1 << 20)
+def random_inputs(rng: random.Random, realistic: bool) -> dict[str, int]:
+    """A value for every input, no two alike: int32 values drawn without replacement from
+    :data:`REALISTIC_INT32` or :data:`SENTINEL_INT32`, and random 16-byte aligned pointers
+    (the alignment the DSL assumes)."""
+    int32s = [name for name, kind in INPUT_KINDS.items() if kind == "int32"]
+    pool = REALISTIC_INT32 if realistic else SENTINEL_INT32
+    values = dict(zip(int32s, rng.sample(pool, len(int32s))))
+    for name in INPUT_NAMES:
+        while name not in values:
+            pointer = rng.getrandbits(64) & ~0xF
+            if pointer not in values.values():
+                values[name] = pointer
     return values
+
+
+def trials(seed: int, captures: int = DEFAULT_CAPTURES) -> list[tuple[dict[str, int], int, int]]:
+    """(inputs, poison byte, opt-in shared memory answer) of every capture.
+
+    The int32 inputs alternate between sentinel and realistic values, so that a slot
+    must hold its input in both (a small value alone may occur anywhere by chance) and
+    a byte the host code derives from a realistic value cannot pass as a constant.
+    """
+    if not 2 <= captures <= len(_POISONS):
+        raise CaptureError(
+            f"{captures} captures asked for: at least two are needed to tell inputs from "
+            f"constants, at most {len(_POISONS)} (one poison byte each)"
+        )
+    rng = random.Random(seed)
+    return [
+        (
+            random_inputs(rng, realistic=i % 2 == 1),
+            _POISONS[i],
+            _SMEM_OPTIN_ANSWERS[i % len(_SMEM_OPTIN_ANSWERS)],
+        )
+        for i in range(captures)
+    ]
 
 
 def capture_once(
@@ -158,7 +182,8 @@ def capture_once(
     lib = ctypes.CDLL(str(copy))
     (ctypes.c_uint * 64).in_dll(lib, "rec_param_sizes")[: len(param_sizes)] = param_sizes
     ctypes.c_int.in_dll(lib, "rec_num_params").value = len(param_sizes)
-    (ctypes.c_int * 256).in_dll(lib, "rec_device_attr_values")[_DEVICE_ATTR_SMEM_OPTIN] = smem_optin
+    device_attrs = (ctypes.c_int * 256).in_dll(lib, "rec_device_attr_values")
+    device_attrs[ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN] = smem_optin
     slots = (ctypes.c_uint64 * len(INPUT_NAMES))(*(inputs[n] for n in INPUT_NAMES))
     status = lib.capture_launch(slots, len(INPUT_NAMES), poison)
     launches = ctypes.c_int.in_dll(lib, "rec_num_launches").value
@@ -328,7 +353,9 @@ def _function_attributes(captures: list[RawCapture]) -> tuple[FunctionAttribute,
         values = [s[position][1] for s in sets]
         if all(v == c.smem_optin for v, c in zip(values, captures)):
             attribute = FunctionAttribute(
-                attr_id, FUNCTION_ATTRIBUTES[attr_id], from_device_attribute=_DEVICE_ATTR_SMEM_OPTIN
+                attr_id,
+                FUNCTION_ATTRIBUTES[attr_id],
+                from_device_attribute=ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
             )
         else:
             value = _same(f"function attribute {FUNCTION_ATTRIBUTES[attr_id]}", values)
@@ -338,32 +365,24 @@ def _function_attributes(captures: list[RawCapture]) -> tuple[FunctionAttribute,
     return tuple(result)
 
 
-@dataclass(frozen=True)
-class LaunchDescription:
-    """The proven launch ABI of one compiled kernel."""
-
-    kernel_symbol: str
-    sm: int
-    block: tuple[int, int, int]
-    cluster: tuple[int, int, int]
-    grid: tuple[GridDim, GridDim, GridDim]
-    dynamic_smem_bytes: int
-    param_bytes: int
-    params: tuple[KernelParam, ...]
-    launch_attributes: tuple[LaunchAttribute, ...]
-    function_attributes: tuple[FunctionAttribute, ...]
-    cubin_sha256: str
-    registers: int | None
-
-
 def capture_launch(
-    exported: ExportedKernel, workdir: Path, seed: int = 0, captures: int = 3
-) -> LaunchDescription:
-    """Run the differential capture and every cross-check; raise CaptureError on doubt."""
-    if captures < 2:
-        raise CaptureError("at least two captures are needed to tell inputs from constants")
+    exported: ExportedKernel,
+    workdir: Path,
+    seed: int = 0,
+    captures: int = DEFAULT_CAPTURES,
+    **identity,
+) -> Variant:
+    """Run the differential capture and every cross-check; raise CaptureError on doubt.
+
+    ``identity`` holds the :class:`Variant` fields a capture does not determine (name,
+    family, arch, compute_capability, num_groups, tile_mnk, cubin, workspace); the
+    capture adds the cubin's hash and size and the proven launch ABI.
+    """
     cubin = exported.cubin.read_bytes()
     info = read_cubin(cubin)
+    major, minor = identity["compute_capability"]
+    if info.sm != major * 10 + minor:
+        raise CaptureError(f"the cubin for {identity['arch']} says it is for sm_{info.sm}")
     ptx_name, ptx_params = entry_params(exported.ptx.read_text())
     if info.kernel_names != (ptx_name,):
         raise CaptureError(
@@ -383,17 +402,8 @@ def capture_launch(
             raise CaptureError(f"kernel parameters {prev.ordinal} and {rec.ordinal} overlap in .nv.info")
 
     library = link_recorder(exported, workdir)
-    rng = random.Random(seed)
-    runs = [
-        capture_once(
-            library,
-            [p.size for p in records],
-            _random_inputs(rng),
-            _POISONS[i % len(_POISONS)],
-            _SMEM_OPTIN_ANSWERS[i % len(_SMEM_OPTIN_ANSWERS)],
-        )
-        for i in range(captures)
-    ]
+    sizes = [p.size for p in records]
+    runs = [capture_once(library, sizes, *trial) for trial in trials(seed, captures)]
     _same("kernel name", [r.kernel_name for r in runs])
     if runs[0].kernel_name != ptx_name:
         raise CaptureError(
@@ -415,11 +425,13 @@ def capture_launch(
     )
     launch_attributes = _launch_attributes(runs)
     cluster = next(
-        (a.values for a in launch_attributes if a.name == "cluster_dimension"), (1, 1, 1)
+        (a.values for a in launch_attributes if a.id == LAUNCH_ATTR_CLUSTER_DIMENSION), (1, 1, 1)
     )
-    return LaunchDescription(
+    return Variant(
+        **identity,
+        sha256=hashlib.sha256(cubin).hexdigest(),
+        cubin_bytes=len(cubin),
         kernel_symbol=ptx_name,
-        sm=info.sm,
         block=block,
         cluster=tuple(cluster),
         grid=tuple(_grid_dim(axis, runs) for axis in range(3)),
@@ -428,6 +440,5 @@ def capture_launch(
         params=params,
         launch_attributes=launch_attributes,
         function_attributes=_function_attributes(runs),
-        cubin_sha256=hashlib.sha256(cubin).hexdigest(),
         registers=info.registers.get(ptx_name),
     )
