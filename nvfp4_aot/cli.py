@@ -175,6 +175,12 @@ def collect_cases(shapes_file, section, groups_json, shapes, defaults) -> list[C
             validation.problem_sizes(case.sizes)
         except Nvfp4Error as exc:
             raise click.BadParameter(f"case {case.name!r}: {exc}", param_hint="shapes") from None
+        empty = next((g for g, (m, _n, _k) in enumerate(case.sizes) if m == 0), None)
+        if empty is not None:  # the API takes empty groups; there is nothing here to check
+            raise click.BadParameter(
+                f"case {case.name!r}: group {empty}: m must be >= 1 to verify or time it, got 0",
+                param_hint="shapes",
+            )
     return cases
 
 

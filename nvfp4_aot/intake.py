@@ -59,7 +59,19 @@ class OperandIntake:
         self.problem_sizes = problem_sizes
         self.device = device
         self.count = len(problem_sizes)
-        bytes_of = [validation.operand_bytes(m, n, k) for m, n, k, _l in problem_sizes]
+        self._empty = tuple(m == 0 for m, _n, _k, _l in problem_sizes)
+        # flat indices (field * G + group) of the operands the kernels touch: empty groups'
+        # operands are never read, so they may be anything (null, or shape (0, ...))
+        self._live = tuple(
+            f * self.count + g
+            for f in range(len(FIELDS))
+            for g, (m, _n, _k, _l) in enumerate(problem_sizes)
+            if m > 0
+        )
+        bytes_of = [
+            validation.operand_bytes(m, n, k) if m else dict.fromkeys(FIELDS, 0)
+            for m, n, k, _l in problem_sizes
+        ]
         # per field and group: the (rows, cols) shape of A, B, C; minimum bytes of SFA, SFB
         self._expected = (
             [(m, k // 2) for m, _n, k, _l in problem_sizes],
@@ -94,11 +106,14 @@ class OperandIntake:
         flat = [*a, *b, *c, *sfa, *sfb]
         if not all(type(x) is int for x in flat):  # arrays (or junk): look at each one
             launch_stream = 1 if stream == 0 else stream
+            empty = self._empty
             flat = [
-                x if type(x) is int else self._pointer_of(f, g, x, stream, launch_stream, producers)
+                x if type(x) is int
+                else 0 if empty[g]  # an empty group's operand: never touched, not looked at
+                else self._pointer_of(f, g, x, stream, launch_stream, producers)
                 for f, column in enumerate(columns)
                 for g, x in enumerate(column)
-            ]
+            ]  # fmt: skip
         return flat, producers
 
     def check_pointers(self, flat) -> None:
@@ -110,8 +125,16 @@ class OperandIntake:
                 f"expected {len(FIELDS) * count} int pointers (a, b, c, sfa, sfb of {count} "
                 f"groups), got {len(flat)} values"
             )
-        if _misaligned(flat):
-            i = next(i for i, x in enumerate(flat) if x & _ADDRESS_MASK or not 0 < x < _ADDRESS_END)
+        live = self._live
+        if len(live) < len(flat):  # empty groups: check only what the kernels touch
+            flat = [x if i in live else None for i, x in enumerate(flat)]
+            if all(x is None for x in flat):
+                return
+        if _misaligned(x for x in flat if x is not None):
+            i = next(
+                i for i, x in enumerate(flat)
+                if x is not None and (x & _ADDRESS_MASK or not 0 < x < _ADDRESS_END)
+            )  # fmt: skip
             validation.check_pointer(i % count, FIELDS[i // count], flat[i])
         validation.check_outputs_disjoint(flat, self._operand_sizes, count)
 

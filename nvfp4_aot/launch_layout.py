@@ -1,7 +1,8 @@
 """Where a plan's launches, tables and workspaces lie: pure arithmetic, no driver calls.
 
-A plan over G problem sizes runs one launch per chunk of groups (more groups than the
-largest baked variant holds are split). Its one device allocation holds, in order::
+A plan over G problem sizes runs one launch per chunk of its non-empty groups (more
+groups than the largest baked variant holds are split; groups with m = 0 have no tiles
+and take no place in any launch). Its one device allocation holds, in order::
 
     [sizes 0][prefix 0][sizes 1][prefix 1]...   per sub-launch, uploaded once at creation
     [workspace]                                 tensormap workspace of eager runs
@@ -33,11 +34,11 @@ _SCALE_BYTES = 16  # two int64 pointers per group
 
 @dataclass(frozen=True)
 class SubLaunch:
-    """One kernel launch of a plan: groups ``[start, stop)`` on a variant of G groups."""
+    """One kernel launch of a plan: its ``groups`` (indices into the plan's problem
+    sizes, all with m >= 1) on a variant of ``num_groups`` groups."""
 
-    start: int
-    stop: int
-    num_groups: int  # the variant's baked group count (>= stop - start)
+    groups: tuple[int, ...]
+    num_groups: int  # the variant's baked group count (>= len(groups))
     tiles: tuple[int, ...]  # per real group
     cta_prefix: tuple[int, ...]  # G + 1 entries, padded with the total
     total_tiles: int
@@ -100,11 +101,13 @@ class LaunchLayout:
         cls, problem_sizes, variants: dict[int, Variant], sm_count: int, ring_slots: int
     ) -> LaunchLayout:
         """Lay out checked ``problem_sizes`` over one family's ``variants`` (by group count)."""
+        live = [g for g, (m, _n, _k, _l) in enumerate(problem_sizes) if m > 0]
         launches, chosen, offset, slot_bytes, workspace = [], [], 0, 0, 0
-        for start, stop, g in split_groups(len(problem_sizes), list(variants)):
+        for start, stop, g in split_groups(len(live), list(variants)):
             variant = variants[g]
             tile_m, tile_n, _tile_k = variant.tile_mnk
-            groups = problem_sizes[start:stop]
+            members = tuple(live[start:stop])
+            groups = [problem_sizes[i] for i in members]
             tiles = [validation.tiles(m, n, tile_m, tile_n) for m, n, _k, _l in groups]
             prefix = cta_prefix(tiles, g)
             total = prefix[-1]
@@ -118,12 +121,13 @@ class LaunchLayout:
             scales_offset = round_up(abc_offset + g * _ABC_BYTES, ALIGN)
             slot_bytes = round_up(scales_offset + g * _SCALE_BYTES, ALIGN)
             launches.append(
-                SubLaunch(start, stop, g, tuple(tiles), prefix, total, blocks, grid,
+                SubLaunch(members, g, tuple(tiles), prefix, total, blocks, grid,
                           sizes_offset, prefix_offset, abc_offset, scales_offset)
             )  # fmt: skip
             chosen.append(variant)
             # sub-launches run one after another and share the workspace
             workspace = max(workspace, variant.workspace.bytes_for(groups, blocks))
+        slot_bytes = max(slot_bytes, ALIGN)  # a plan of empty groups still has a slot
         workspace = round_up(workspace, ALIGN)
         graph_workspace_offset = round_up(offset + workspace, ALIGN)
         ring_offset = round_up(graph_workspace_offset + workspace, ALIGN)
@@ -165,7 +169,7 @@ class LaunchLayout:
         groups (0, 0, 0, 0)) and CTA prefix, uploaded once."""
         image = bytearray(self.workspace_offset)
         for launch in self.launches:
-            padded = list(self.problem_sizes[launch.start : launch.stop])
+            padded = [self.problem_sizes[i] for i in launch.groups]
             padded += [(0, 0, 0, 0)] * (launch.num_groups - len(padded))
             struct.pack_into(
                 f"<{4 * launch.num_groups}i", image, launch.sizes_offset,
@@ -192,16 +196,17 @@ class LaunchLayout:
         }
 
     @cached_property
-    def _scatter(self) -> tuple[int, ...]:
-        """Flat pointer index (field * G + group) -> int64 word of a slot."""
+    def _scatter(self) -> tuple[tuple[int, int], ...]:
+        """(flat pointer index (field * G + group), int64 word of a slot) for every
+        operand of every launched group; empty groups' operands are never read."""
         count = len(self.problem_sizes)
-        scatter = [0] * (len(validation.OPERAND_FIELDS) * count)
+        scatter = []
         for launch in self.launches:
-            for local, g in enumerate(range(launch.start, launch.stop)):
+            for local, g in enumerate(launch.groups):
                 for f in range(3):
-                    scatter[f * count + g] = launch.abc_offset // 8 + 3 * local + f
+                    scatter.append((f * count + g, launch.abc_offset // 8 + 3 * local + f))
                 for f in range(2):
-                    scatter[(3 + f) * count + g] = launch.scales_offset // 8 + 2 * local + f
+                    scatter.append(((3 + f) * count + g, launch.scales_offset // 8 + 2 * local + f))
         return tuple(scatter)
 
     @cached_property
@@ -211,6 +216,6 @@ class LaunchLayout:
     def pointer_table(self, pointers) -> bytes:
         """A slot's bytes for the flat (A, B, C, SFA, SFB) x group pointer list."""
         words = [0] * (self.slot_bytes // 8)
-        for i, word in enumerate(self._scatter):
+        for i, word in self._scatter:
             words[word] = pointers[i]
         return self._table_format.pack(*words)

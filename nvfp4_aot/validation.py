@@ -11,8 +11,12 @@ what                    requirement                            why (kernel sourc
 number of groups        >= 1; <= 8 runs the G = 8 variant,     ``num_groups`` is a compile-time constant;
                         <= 120 the G = 120 one, more are       groups past the real ones are padded with
                         split into several launches            (0, 0, 0, 0) and 0 tiles (precondition 4)
-m, n, k                 ints >= 1                              a group with tiles but no K tile never
-                                                               clears its accumulator (precondition 5)
+m, n, k                 ints; m >= 0, n, k >= 1                a group with tiles but no K tile never
+                                                               clears its accumulator (precondition 5);
+                                                               m = 0 groups are left out of every launch
+                                                               (empty groups may not sit between groups
+                                                               with tiles: precondition 4) and their
+                                                               operands are neither read nor checked
 l                       == 1 (or omitted)                      only batch 0 is computed and the CTA
                                                                prefix counts m x n tiles (precondition 2)
 k                       k % 32 == 0                            A/B strides ``cute.assume(k, 32)``; the
@@ -113,8 +117,9 @@ def problem_sizes(sizes) -> ProblemSizes:
 
 def check_group(g: int, m: int, n: int, k: int, l: int = 1) -> None:  # noqa: E741
     for name, value in zip(FIELDS[:3], (m, n, k)):
-        if value < 1:
-            raise InvalidProblemError(f"group {g}: {name} must be >= 1, got {value}")
+        if value < (0 if name == "m" else 1):
+            low = "0 (an empty group)" if name == "m" else "1"
+            raise InvalidProblemError(f"group {g}: {name} must be >= {low}, got {value}")
         if value > INT32_MAX:
             raise InvalidProblemError(f"group {g}: {name} must be < 2**31, got {value}")
     if l != 1:
@@ -181,8 +186,9 @@ def check_outputs_disjoint(pointers, sizes, count: int) -> None:
     ``pointers`` and ``sizes`` (bytes) are field-major: A of every group, then B, C, SFA,
     SFB. Inputs may overlap each other (groups sharing weights are fine); an output may
     not, since CTAs write C while others still read. One sweep in address order.
+    ``None`` marks an operand no kernel touches (an empty group's).
     """
-    order = sorted(range(len(pointers)), key=pointers.__getitem__)
+    order = sorted((i for i, x in enumerate(pointers) if x is not None), key=pointers.__getitem__)
     reach = c_reach = 0  # furthest end so far of any interval / of any C
     for position, index in enumerate(order):  # noqa: B007 (used after the break)
         start, is_c = pointers[index], index // count == 2

@@ -339,7 +339,7 @@ SIZE_CASES = [
                  id="n-48"),
     pytest.param([(96, 128, 0)], r"group 0: k must be >= 1, got 0", id="k-zero"),
     pytest.param([(96, 128, 256), (128, 256, 512), (-128, 64, 128)],
-                 r"group 2: m must be >= 1, got -128", id="m-negative"),
+                 r"group 2: m must be >= 0 \(an empty group\), got -128", id="m-negative"),
     pytest.param([(96, 128, 256), (1 << 31, 32, 32)], r"group 1: m must be < 2\*\*31",
                  id="m-2**31"),
     pytest.param([(128, 65536, 32768)], r"group 0: n \* k must be < 2\*\*31 .*got 2147483648",
@@ -505,7 +505,7 @@ def _shapes_file(tmp_path: Path, k: int) -> Path:
 
 
 CLI_CASES = [
-    pytest.param(["verify", "--shape", "0,256,512"], r"group 0: m must be >= 1, got 0", id="m-zero"),
+    pytest.param(["verify", "--shape", "0,256,512"], r"group 0: m must be >= 1 to verify or time it, got 0", id="m-zero"),
     pytest.param(["verify", "--shape", "128,-256,512"], r"group 0: n must be >= 1, got -256",
                  id="n-negative"),
     pytest.param(["verify", "--shape", "128,256,512", "--shape", "128,256,48"],

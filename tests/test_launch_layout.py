@@ -49,7 +49,7 @@ def _layout(manifest, sizes, sm_count=132, ring_slots=3, **kw):
 
 def test_regions_are_aligned_ordered_and_disjoint(manifest):
     layout = _layout(manifest, [(64, 128, 256)] * 130)
-    assert [(s.start, s.stop, s.num_groups) for s in layout.launches] == [
+    assert [(s.groups[0], s.groups[-1] + 1, s.num_groups) for s in layout.launches] == [
         (0, 120, 120), (120, 130, 120)]  # fmt: skip
     regions = []
     for launch in layout.launches:
@@ -98,7 +98,7 @@ def test_pointer_table_scatters_every_field_of_every_group(manifest):
     assert len(table) == layout.slot_bytes
     words = struct.unpack(f"<{layout.slot_bytes // 8}Q", table)
     for launch in layout.launches:
-        for local, g in enumerate(range(launch.start, launch.stop)):
+        for local, g in enumerate(launch.groups):
             abc = launch.abc_offset // 8 + 3 * local
             scales = launch.scales_offset // 8 + 2 * local
             assert words[abc : abc + 3] == tuple(flat[f * count + g] for f in range(3))

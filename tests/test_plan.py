@@ -73,7 +73,7 @@ def test_more_than_120_groups_split_into_launches(make_fake, artifacts):
     fake = make_fake()
     sizes = [(64, 128, 256)] * 121
     with plan.GroupedGemmPlan(sizes, artifacts=artifacts) as p:
-        assert [(s.start, s.stop, s.num_groups) for s in p.launches] == [
+        assert [(s.groups[0], s.groups[-1] + 1, s.num_groups) for s in p.launches] == [
             (0, 120, 120),
             (120, 121, 8),
         ]
@@ -126,3 +126,38 @@ def test_grouped_gemm_needs_sizes_for_raw_pointers(make_fake, artifacts, monkeyp
     plan.grouped_gemm(
         [1 << 20], [2 << 20], [3 << 20], [4 << 20], [5 << 20], problem_sizes=[(128, 128, 256)]
     )
+
+
+def test_empty_groups_take_no_place_and_their_operands_are_not_read(make_fake, artifacts):
+    """m = 0 groups (experts that got no tokens) are left out of the launch; their
+    operands may be anything, null pointers included, and are never checked."""
+    fake = make_fake()
+    sizes = [(0, 256, 256), (64, 256, 256), (0, 256, 256), (200, 256, 256), (0, 256, 256)]
+    with plan.GroupedGemmPlan(sizes, artifacts=artifacts) as p:
+        (launch,) = p.launches
+        assert launch.groups == (1, 3)
+        assert launch.cta_prefix[:3] == (0, 2, 6)  # no empty group between groups with tiles
+        a, b, c, sfa, sfb = operands_for([(max(m, 1), n, k) for m, n, k in sizes])
+        for g in (0, 2, 4):
+            a[g], b[g], c[g], sfa[g], sfb[g] = 0, None, "junk", 0, 0
+        p.run(a, b, c, sfa, sfb, stream=5)
+        (launched,) = fake.launches
+        table = np.frombuffer(fake.copies[-1][1], np.int64)
+        abc = table[:24].reshape(8, 3)
+        assert abc[:2].tolist() == [
+            [x.__cuda_array_interface__["data"][0] for x in (a[g], b[g], c[g])] for g in (1, 3)
+        ]
+        assert not abc[2:].any()
+        # a live group's operands are still checked
+        a[1] = 0
+        with pytest.raises(InvalidProblemError, match="group 1: a is a null pointer"):
+            p.run(a, b, c, sfa, sfb)
+
+
+def test_a_plan_of_empty_groups_launches_nothing(make_fake, artifacts):
+    fake = make_fake()
+    with plan.GroupedGemmPlan([(0, 128, 256)] * 3, artifacts=artifacts) as p:
+        assert p.launches == ()
+        p.run([0] * 3, [0] * 3, [0] * 3, [0] * 3, [0] * 3, stream=3)
+        p.synchronize()
+        assert fake.launches == []
