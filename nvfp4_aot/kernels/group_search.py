@@ -1,4 +1,4 @@
-"""The persistent schedulers' group search, shared by the sm_100a and sm_90a kernels.
+"""The persistent schedulers' tile arithmetic and group search, shared by all the kernels.
 
 Tiles of all groups are numbered consecutively; ``cta_prefix[g]`` is the first tile of
 group g and ``cta_prefix[num_groups]`` the total. Inlined into each kernel at trace time.
@@ -6,6 +6,12 @@ group g and ``cta_prefix[num_groups]`` the total. Inlined into each kernel at tr
 
 import cutlass
 import cutlass.cute as cute
+
+
+def ceil_div(a, b):
+    """ceil(a / b) for a >= 0, b > 0: Python ints at trace time or DSL integers in a kernel
+    (the same ``(a + b - 1) // b`` ops either way, so the traced IR does not depend on it)."""
+    return (a + b - 1) // b
 
 
 @cute.jit

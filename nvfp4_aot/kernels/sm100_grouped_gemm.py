@@ -84,7 +84,7 @@ from cutlass.cute.runtime import make_ptr
 from cutlass.memory import SmemAllocator, TmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
-from .group_search import find_group
+from .group_search import ceil_div, find_group
 
 FAMILY = "sm100_nvfp4_grouped_gemm"
 ARCHS = ("sm_100a", "sm_103a")
@@ -108,10 +108,6 @@ TMA_WARP_ID = 5
 # Stage numbers of shared memory and tmem
 NUM_ACC_STAGE = 2
 NUM_AB_STAGE = 5
-
-
-def _ceil_div(a, b):
-    return (a + b - 1) // b
 
 
 def _round_tmem_alloc_cols(required_cols: int) -> int:
@@ -160,7 +156,7 @@ def grouped_gemm_kernel(
     bidx, _, _ = cute.arch.block_idx()
     grid_dim_x, _, _ = cute.arch.grid_dim()
     total_tiles = cta_prefix[num_groups]
-    tiles_per_cta = _ceil_div(total_tiles, grid_dim_x)
+    tiles_per_cta = ceil_div(total_tiles, grid_dim_x)
     tile_start = bidx * tiles_per_cta
     tile_end = tile_start + tiles_per_cta
     if tile_end > total_tiles:
@@ -490,7 +486,7 @@ def grouped_gemm_kernel(
                 n = problem_sizes[group_idx, 1]
                 k = problem_sizes[group_idx, 2]
                 l = problem_sizes[group_idx, 3]  # noqa: E741
-                cta_m = _ceil_div(m, MMA_TILER_MNK[0])
+                cta_m = ceil_div(m, MMA_TILER_MNK[0])
                 k_tile_cnt = cute.ceil_div(k, MMA_TILER_MNK[2])
 
                 # This group's real tensors: A/B K-major (m|n, k, l), scale
@@ -724,7 +720,7 @@ def grouped_gemm_kernel(
                 m = problem_sizes[group_idx, 0]
                 n = problem_sizes[group_idx, 1]
                 l = problem_sizes[group_idx, 3]  # noqa: E741
-                cta_m = _ceil_div(m, MMA_TILER_MNK[0])
+                cta_m = ceil_div(m, MMA_TILER_MNK[0])
                 prev_group_idx = group_idx
             cta_rest = tile_idx - cta_prefix[group_idx]
             coord_y = cta_rest // cta_m
