@@ -52,6 +52,8 @@ scale atom (scale columns k/16 .. 4*ceil(k/64)-1) meet zero FP4 data, so they on
 need to be finite (cuBLAS/to_blocked pads them with zeros).
 """
 
+import functools
+
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
@@ -132,6 +134,82 @@ def _decode_act(a_raw, sfa, a_dst, a_rr):
             for s in range(4):
                 unit = 4 * (w % 2) + s
                 sts_b32(dst + (w // 2) * (TILE_M * 128) + ((a_rr ^ unit) * 16), vals[s])
+
+
+def _no_group():
+    """The tile walks' ``group`` before the first tile: (m, n, cta_m, k_tile_cnt,
+    loaded_idx) with loaded_idx -1, so that the first tile reads its group's sizes."""
+    return (
+        cutlass.Int32(0), cutlass.Int32(0), cutlass.Int32(1), cutlass.Int32(0), cutlass.Int32(-1)
+    )
+
+
+@cute.jit
+def _tile_at(
+    tile_idx: cutlass.Int32,
+    group_idx: cutlass.Int32,
+    group: tuple,
+    tensor_of_problem_sizes: cute.Tensor,
+    tensor_of_cta_prefix: cute.Tensor,
+    on_new_group=None,
+):
+    """(group_idx, group, coord_m, coord_n) of tile ``tile_idx``, walking on from group
+    ``group_idx`` (the tiles of a CTA ascend).  ``group`` = (m, n, cta_m, k_tile_cnt,
+    loaded_idx) of the group whose sizes were last read (``_no_group()`` before the
+    first tile): they are read from global memory only when the walk enters a new group,
+    and then ``on_new_group(group_idx, m, n, k)`` runs (the producer points its
+    tensormaps at the group there)."""
+    m, n, cta_m, k_tile_cnt, loaded_idx = group
+    group_idx = advance_group(tile_idx, group_idx, tensor_of_cta_prefix)
+    if group_idx != loaded_idx:
+        m = tensor_of_problem_sizes[group_idx, 0]
+        n = tensor_of_problem_sizes[group_idx, 1]
+        k = tensor_of_problem_sizes[group_idx, 2]
+        cta_m = ceil_div(m, TILE_M)
+        k_tile_cnt = ceil_div(k, TILE_K)
+        if cutlass.const_expr(on_new_group is not None):
+            on_new_group(group_idx, m, n, k)
+        loaded_idx = group_idx
+    cta_rest = tile_idx - tensor_of_cta_prefix[group_idx]
+    group = (m, n, cta_m, k_tile_cnt, loaded_idx)
+    return group_idx, group, cta_rest % cta_m, cta_rest // cta_m
+
+
+def _update_tensormaps(
+    tensormap_manager, tma_atoms, tensormap_gmem_ptrs, tensor_of_abc_ptrs, tensor_of_sfasfb_ptrs,
+    group_idx, m, n, k,
+):
+    """Point the CTA's tensormaps (A, B, SFA, SFB) at group ``group_idx`` and fence them
+    before the next TMA load uses them."""
+    real_a = make_ab_tensor(
+        cute.make_ptr(cutlass.Uint8, tensor_of_abc_ptrs[group_idx, 0],
+                      cute.AddressSpace.gmem, assumed_align=16),
+        m, k,
+    )
+    real_b = make_ab_tensor(
+        cute.make_ptr(cutlass.Uint8, tensor_of_abc_ptrs[group_idx, 1],
+                      cute.AddressSpace.gmem, assumed_align=16),
+        n, k,
+    )
+    real_sfa = make_sf_tensor(
+        cute.make_ptr(cutlass.Uint8, tensor_of_sfasfb_ptrs[group_idx, 0],
+                      cute.AddressSpace.gmem, assumed_align=16),
+        m, k,
+    )
+    real_sfb = make_sf_tensor(
+        cute.make_ptr(cutlass.Uint8, tensor_of_sfasfb_ptrs[group_idx, 1],
+                      cute.AddressSpace.gmem, assumed_align=16),
+        n, k,
+    )
+    tensormap_manager.update_tensormap(
+        (real_a, real_b, real_sfa, real_sfb),
+        tma_atoms,
+        tensormap_gmem_ptrs,
+        PRODUCER_WARP,
+        (None, None, None, None),
+    )
+    for ptr in tensormap_gmem_ptrs:
+        tensormap_manager.fence_tensormap_update(ptr)
 
 
 # ---------------------------------------------------------------------------
@@ -296,57 +374,25 @@ def kernel(
         producer_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Producer, NUM_STAGES
         )
+        update_tensormaps = functools.partial(
+            _update_tensormaps,
+            tensormap_manager,
+            (tma_atom_a, tma_atom_b, tma_atom_sfa, tma_atom_sfb),
+            (tensormap_a_gmem_ptr, tensormap_b_gmem_ptr,
+             tensormap_sfa_gmem_ptr, tensormap_sfb_gmem_ptr),
+            tensor_of_abc_ptrs,
+            tensor_of_sfasfb_ptrs,
+        )
         if tile_start < tile_end:
             tile_idx = tile_start
             group_idx = find_group(tile_idx, tensor_of_cta_prefix, num_groups)
-            prev_group_idx = cutlass.Int32(-1)
-            cta_m = cutlass.Int32(1)
-            k_tile_cnt = cutlass.Int32(0)
+            group = _no_group()
             while tile_idx < tile_end:
-                group_idx = advance_group(tile_idx, group_idx, tensor_of_cta_prefix)
-                if group_idx != prev_group_idx:
-                    m = tensor_of_problem_sizes[group_idx, 0]
-                    n = tensor_of_problem_sizes[group_idx, 1]
-                    k = tensor_of_problem_sizes[group_idx, 2]
-                    cta_m = ceil_div(m, TILE_M)
-                    k_tile_cnt = ceil_div(k, TILE_K)
-                    real_a = make_ab_tensor(
-                        cute.make_ptr(cutlass.Uint8, tensor_of_abc_ptrs[group_idx, 0],
-                                      cute.AddressSpace.gmem, assumed_align=16),
-                        m, k,
-                    )
-                    real_b = make_ab_tensor(
-                        cute.make_ptr(cutlass.Uint8, tensor_of_abc_ptrs[group_idx, 1],
-                                      cute.AddressSpace.gmem, assumed_align=16),
-                        n, k,
-                    )
-                    real_sfa = make_sf_tensor(
-                        cute.make_ptr(cutlass.Uint8, tensor_of_sfasfb_ptrs[group_idx, 0],
-                                      cute.AddressSpace.gmem, assumed_align=16),
-                        m, k,
-                    )
-                    real_sfb = make_sf_tensor(
-                        cute.make_ptr(cutlass.Uint8, tensor_of_sfasfb_ptrs[group_idx, 1],
-                                      cute.AddressSpace.gmem, assumed_align=16),
-                        n, k,
-                    )
-                    tensormap_manager.update_tensormap(
-                        (real_a, real_b, real_sfa, real_sfb),
-                        (tma_atom_a, tma_atom_b, tma_atom_sfa, tma_atom_sfb),
-                        (tensormap_a_gmem_ptr, tensormap_b_gmem_ptr,
-                         tensormap_sfa_gmem_ptr, tensormap_sfb_gmem_ptr),
-                        PRODUCER_WARP,
-                        (None, None, None, None),
-                    )
-                    tensormap_manager.fence_tensormap_update(tensormap_a_gmem_ptr)
-                    tensormap_manager.fence_tensormap_update(tensormap_b_gmem_ptr)
-                    tensormap_manager.fence_tensormap_update(tensormap_sfa_gmem_ptr)
-                    tensormap_manager.fence_tensormap_update(tensormap_sfb_gmem_ptr)
-                    prev_group_idx = group_idx
-
-                cta_rest = tile_idx - tensor_of_cta_prefix[group_idx]
-                coord_m = cta_rest % cta_m
-                coord_n = cta_rest // cta_m
+                group_idx, group, coord_m, coord_n = _tile_at(
+                    tile_idx, group_idx, group, tensor_of_problem_sizes, tensor_of_cta_prefix,
+                    update_tensormaps,
+                )
+                _m, _n, _cta_m, k_tile_cnt, _loaded_idx = group
                 tAgA_tile = tAgA[(None, coord_m, None)]
                 tBgB_tile = tBgB[(None, coord_n, None)]
                 tAgSFA_tile = tAgSFA[(None, 0, None, coord_m)]
@@ -425,23 +471,12 @@ def kernel(
         if tile_start < tile_end:
             tile_idx = tile_start
             group_idx = find_group(tile_idx, tensor_of_cta_prefix, num_groups)
-            prev_group_idx = cutlass.Int32(-1)
-            m = cutlass.Int32(0)
-            n = cutlass.Int32(0)
-            cta_m = cutlass.Int32(1)
-            k_tile_cnt = cutlass.Int32(0)
+            group = _no_group()
             while tile_idx < tile_end:
-                group_idx = advance_group(tile_idx, group_idx, tensor_of_cta_prefix)
-                if group_idx != prev_group_idx:
-                    m = tensor_of_problem_sizes[group_idx, 0]
-                    n = tensor_of_problem_sizes[group_idx, 1]
-                    k = tensor_of_problem_sizes[group_idx, 2]
-                    cta_m = ceil_div(m, TILE_M)
-                    k_tile_cnt = ceil_div(k, TILE_K)
-                    prev_group_idx = group_idx
-                cta_rest = tile_idx - tensor_of_cta_prefix[group_idx]
-                coord_m = cta_rest % cta_m
-                coord_n = cta_rest // cta_m
+                group_idx, group, coord_m, coord_n = _tile_at(
+                    tile_idx, group_idx, group, tensor_of_problem_sizes, tensor_of_cta_prefix
+                )
+                m, n, _cta_m, k_tile_cnt, _loaded_idx = group
 
                 acc.fill(0.0)
                 tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
