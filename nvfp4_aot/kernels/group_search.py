@@ -15,6 +15,24 @@ def ceil_div(a, b):
 
 
 @cute.jit
+def cta_tile_range(
+    bidx: cutlass.Int32,
+    grid_dim_x: cutlass.Int32,
+    cta_prefix: cute.Tensor,
+    num_groups: cutlass.Constexpr[int],
+):
+    """[tile_start, tile_end) of CTA ``bidx`` of ``grid_dim_x``: each CTA takes the next
+    ceil(T / P) consecutive tiles, the last ones fewer (T = cta_prefix[num_groups])."""
+    total_tiles = cta_prefix[num_groups]
+    tiles_per_cta = ceil_div(total_tiles, grid_dim_x)
+    tile_start = bidx * tiles_per_cta
+    tile_end = tile_start + tiles_per_cta
+    if tile_end > total_tiles:
+        tile_end = total_tiles
+    return tile_start, tile_end
+
+
+@cute.jit
 def find_group(
     tile_idx: cutlass.Int32,
     cta_prefix: cute.Tensor,

@@ -84,7 +84,7 @@ from cutlass.cute.runtime import make_ptr
 from cutlass.memory import SmemAllocator, TmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
-from .group_search import ceil_div, find_group
+from .group_search import ceil_div, cta_tile_range, find_group
 
 FAMILY = "sm100_nvfp4_grouped_gemm"
 ARCHS = ("sm_100a", "sm_103a")
@@ -155,12 +155,7 @@ def grouped_gemm_kernel(
     #
     bidx, _, _ = cute.arch.block_idx()
     grid_dim_x, _, _ = cute.arch.grid_dim()
-    total_tiles = cta_prefix[num_groups]
-    tiles_per_cta = ceil_div(total_tiles, grid_dim_x)
-    tile_start = bidx * tiles_per_cta
-    tile_end = tile_start + tiles_per_cta
-    if tile_end > total_tiles:
-        tile_end = total_tiles
+    tile_start, tile_end = cta_tile_range(bidx, grid_dim_x, cta_prefix, num_groups)
 
     #
     # Define shared storage for kernel
@@ -487,6 +482,7 @@ def grouped_gemm_kernel(
                 k = problem_sizes[group_idx, 2]
                 l = problem_sizes[group_idx, 3]  # noqa: E741
                 cta_m = ceil_div(m, MMA_TILER_MNK[0])
+                # cute.ceil_div traces to other IR than ceil_div: kept, so the cubin stays.
                 k_tile_cnt = cute.ceil_div(k, MMA_TILER_MNK[2])
 
                 # This group's real tensors: A/B K-major (m|n, k, l), scale

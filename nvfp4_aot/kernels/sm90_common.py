@@ -12,6 +12,7 @@ import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass._mlir.dialects import llvm
 from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.cute.runtime import make_ptr
 from cutlass.cutlass_dsl import dsl_user_op
 
 ARCHS = ("sm_90a",)
@@ -218,6 +219,11 @@ def decode_weights(regs, w_words, w_sfs):
                 regs[8 * w + 2 * s + r8] = vals[s]
 
 
+def gmem_u8(address):
+    """Byte pointer to global memory at ``address``, 16-byte aligned as TMA requires."""
+    return cute.make_ptr(cutlass.Uint8, address, cute.AddressSpace.gmem, assumed_align=16)
+
+
 def make_ab_tensor(ptr: cute.Pointer, rows, k):
     """(rows, k/2) byte view of a K-major FP4 matrix (row pitch k/2 bytes)."""
     k_bytes = cute.assume(k // 2, 16)
@@ -351,7 +357,7 @@ def host_operands(
     # strides and address per group in its per-CTA tensormap workspace.
     fake_rows = cutlass.Int32(128)
     fake_k = cutlass.Int32(256)
-    null_u8 = cute.make_ptr(cutlass.Uint8, 0, cute.AddressSpace.gmem, assumed_align=16)
+    null_u8 = gmem_u8(0)
     fake_a = make_ab_tensor(null_u8, fake_rows, fake_k)
     fake_b = make_ab_tensor(null_u8, fake_rows, fake_k)
     fake_sfa = make_sf_tensor(null_u8, fake_rows, fake_k)
@@ -381,4 +387,21 @@ def host_operands(
         tma_atom_sfa, tma_tensor_sfa, tma_atom_sfb, tma_tensor_sfb,
         tensor_of_abc_ptrs, tensor_of_sfasfb_ptrs, tensor_of_tensormap,
         tensor_of_problem_sizes, tensor_of_cta_prefix,
+    )
+
+
+def compile_host(grouped_gemm_host, num_groups: int):
+    """Compile a family's host launcher for a fixed group count (8 or 120); returns the
+    DSL object.  Null pointers and Int32 scalars 1: neither is baked into the code."""
+    gmem = cute.AddressSpace.gmem
+    return cute.compile(
+        grouped_gemm_host,
+        make_ptr(cutlass.Int32, 0, gmem, assumed_align=16),
+        make_ptr(cutlass.Int64, 0, gmem, assumed_align=16),
+        make_ptr(cutlass.Int64, 0, gmem, assumed_align=16),
+        make_ptr(cutlass.Int32, 0, gmem, assumed_align=16),
+        make_ptr(cutlass.Int64, 0, gmem, assumed_align=16),
+        cutlass.Int32(1),
+        cutlass.Int32(1),
+        num_groups,
     )

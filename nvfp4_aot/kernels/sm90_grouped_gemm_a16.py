@@ -40,13 +40,12 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 from cutlass.cute.nvgpu import cpasync, warpgroup
-from cutlass.cute.runtime import make_ptr
 from cutlass.cutlass_dsl import dsl_user_op
 from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
 from . import family_named
-from .group_search import advance_group, ceil_div, find_group
+from .group_search import advance_group, ceil_div, cta_tile_range, find_group
 from .sm90_common import (
     ARCHS,
     B_RAW_BYTES,
@@ -64,11 +63,13 @@ from .sm90_common import (
     TILE_N,
     asm,
     asm_i32,
+    compile_host,
     consumer_mma,
     consumer_wait,
     decode_scales,
     decode_weights,
     decode_word,
+    gmem_u8,
     host_operands,
     ir_i32,
     load_weights,
@@ -374,12 +375,7 @@ def kernel(
     grid_dim_x, _, _ = cute.arch.grid_dim()
 
     # Contiguous tile range of this CTA (same split as the sm_100a kernel).
-    total_tiles = tensor_of_cta_prefix[num_groups]
-    tiles_per_cta = ceil_div(total_tiles, grid_dim_x)
-    tile_start = bidx * tiles_per_cta
-    tile_end = tile_start + tiles_per_cta
-    if tile_end > total_tiles:
-        tile_end = total_tiles
+    tile_start, tile_end = cta_tile_range(bidx, grid_dim_x, tensor_of_cta_prefix, num_groups)
 
     # Workspace places (see the module docstring).
     workspace = tensormaps.iterator.toint()
@@ -531,13 +527,11 @@ def kernel(
                 k_tile_cnt = ceil_div(k, TILE_K)
                 if group_idx != prev_group_idx:
                     real_b = make_ab_tensor(
-                        cute.make_ptr(cutlass.Uint8, tensor_of_abc_ptrs[group_idx, 1],
-                                      cute.AddressSpace.gmem, assumed_align=16),
+                        gmem_u8(tensor_of_abc_ptrs[group_idx, 1]),
                         n, k,
                     )
                     real_sfb = make_sf_tensor(
-                        cute.make_ptr(cutlass.Uint8, tensor_of_sfasfb_ptrs[group_idx, 1],
-                                      cute.AddressSpace.gmem, assumed_align=16),
+                        gmem_u8(tensor_of_sfasfb_ptrs[group_idx, 1]),
                         n, k,
                     )
                     tensormap_manager.update_tensormap(
@@ -700,15 +694,4 @@ def grouped_gemm_host(
 
 def compile(num_groups: int):
     """Compile the kernel for a fixed group count (8 or 120); returns the DSL object."""
-    gmem = cute.AddressSpace.gmem
-    return cute.compile(
-        grouped_gemm_host,
-        make_ptr(cutlass.Int32, 0, gmem, assumed_align=16),
-        make_ptr(cutlass.Int64, 0, gmem, assumed_align=16),
-        make_ptr(cutlass.Int64, 0, gmem, assumed_align=16),
-        make_ptr(cutlass.Int32, 0, gmem, assumed_align=16),
-        make_ptr(cutlass.Int64, 0, gmem, assumed_align=16),
-        cutlass.Int32(1),
-        cutlass.Int32(1),
-        num_groups,
-    )
+    return compile_host(grouped_gemm_host, num_groups)
