@@ -224,6 +224,15 @@ def gmem_u8(address):
     return cute.make_ptr(cutlass.Uint8, address, cute.AddressSpace.gmem, assumed_align=16)
 
 
+def tma_partition(tma_atom, s_tensor, g_tensor, box_modes):
+    """(smem, gmem) partitions of a TMA copy by one CTA (no multicast) whose box is the
+    first ``box_modes`` modes of both tensors."""
+    return cpasync.tma_partition(
+        tma_atom, 0, cute.make_layout(1),
+        cute.group_modes(s_tensor, 0, box_modes), cute.group_modes(g_tensor, 0, box_modes),
+    )
+
+
 def make_ab_tensor(ptr: cute.Pointer, rows, k):
     """(rows, k/2) byte view of a K-major FP4 matrix (row pitch k/2 bytes)."""
     k_bytes = cute.assume(k // 2, 16)

@@ -57,7 +57,7 @@ import functools
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
-from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.cute.nvgpu import warpgroup
 from cutlass.cutlass_dsl import dsl_user_op
 from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
@@ -96,6 +96,7 @@ from .sm90_common import (
     pingpong_barriers,
     store_tile,
     thread_offsets,
+    tma_partition,
 )
 
 FAMILY = "sm90_nvfp4_grouped_gemm"
@@ -310,23 +311,11 @@ def kernel(
     gSFA = cute.local_tile(mSFA, (256, SF_HALVES, 1), (None, None, None))
     gSFB = cute.local_tile(mSFB, (256, SF_HALVES, 1), (None, None, None))
     # ((atom_v, rest_v), STAGE) / ((atom_v, rest_v), RestM, RestK)
-    tAsA, tAgA = cpasync.tma_partition(
-        tma_atom_a, 0, cute.make_layout(1),
-        cute.group_modes(sA_raw, 0, 2), cute.group_modes(gA, 0, 2),
-    )
-    tBsB, tBgB = cpasync.tma_partition(
-        tma_atom_b, 0, cute.make_layout(1),
-        cute.group_modes(sB_raw, 0, 2), cute.group_modes(gB, 0, 2),
-    )
+    tAsA, tAgA = tma_partition(tma_atom_a, sA_raw, gA, 2)
+    tBsB, tBgB = tma_partition(tma_atom_b, sB_raw, gB, 2)
     # ((atom_v, rest_v), STAGE) / ((atom_v, rest_v), 1, RestK, RestRowBlock)
-    tAsSFA, tAgSFA = cpasync.tma_partition(
-        tma_atom_sfa, 0, cute.make_layout(1),
-        cute.group_modes(sSFA_raw, 0, 3), cute.group_modes(gSFA, 0, 3),
-    )
-    tBsSFB, tBgSFB = cpasync.tma_partition(
-        tma_atom_sfb, 0, cute.make_layout(1),
-        cute.group_modes(sSFB_raw, 0, 3), cute.group_modes(gSFB, 0, 3),
-    )
+    tAsSFA, tAgSFA = tma_partition(tma_atom_sfa, sSFA_raw, gSFA, 3)
+    tBsSFB, tBgSFB = tma_partition(tma_atom_sfb, sSFB_raw, gSFB, 3)
 
     #
     # Producer warp: tensormaps + TMA loads.

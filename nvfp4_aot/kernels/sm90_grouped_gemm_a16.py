@@ -39,7 +39,7 @@ few microseconds, so the runtime picks between the two kernels per plan.
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
-from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.cute.nvgpu import warpgroup
 from cutlass.cutlass_dsl import dsl_user_op
 from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
@@ -78,6 +78,7 @@ from .sm90_common import (
     pingpong_barriers,
     store_tile,
     thread_offsets,
+    tma_partition,
 )
 
 FAMILY = "sm90_nvfp4_grouped_gemm_a16"
@@ -480,14 +481,8 @@ def kernel(
     gB = cute.local_tile(mB, (TILE_N, TILE_KB), (None, None))
     # (256, SF_HALVES, 1, 1, RestK, RestRowBlock)
     gSFB = cute.local_tile(mSFB, (256, SF_HALVES, 1), (None, None, None))
-    tBsB, tBgB = cpasync.tma_partition(
-        tma_atom_b, 0, cute.make_layout(1),
-        cute.group_modes(sB_raw, 0, 2), cute.group_modes(gB, 0, 2),
-    )
-    tBsSFB, tBgSFB = cpasync.tma_partition(
-        tma_atom_sfb, 0, cute.make_layout(1),
-        cute.group_modes(sSFB_raw, 0, 3), cute.group_modes(gSFB, 0, 3),
-    )
+    tBsB, tBgB = tma_partition(tma_atom_b, sB_raw, gB, 2)
+    tBsSFB, tBgSFB = tma_partition(tma_atom_sfb, sSFB_raw, gSFB, 3)
     a16_smem_base = storage.sA16.data_ptr().toint()
     full_bar_base = storage.ab_mbar_ptr.data_ptr().toint()
 
