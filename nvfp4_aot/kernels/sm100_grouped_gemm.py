@@ -60,10 +60,14 @@ Preconditions the kernel relies on without checking (the runtime must validate):
 6. n % 32 == 0: C's row stride is declared ``cute.assume(n, 32)`` (it also keeps
    the 128-bit stores of full tiles aligned). m >= 1 is otherwise unrestricted.
 7. m * k, n * k and m * n are below 2**31 (32-bit layout arithmetic).
-8. A, B, C, SFA and SFB pointers are 32-byte aligned (``.align(32)``); TMA itself
-   needs 16. A is m x k/2 bytes and B n x k/2 bytes, rows packed without padding;
-   C is m x n FP16, row-major and contiguous; C buffers of different groups do not
-   overlap.
+8. A, B, C, SFA and SFB pointers are 32-byte aligned. ``make_ptr(...).align(32)``
+   does not assume this, it rounds the address up to the next multiple of 32
+   (``(p + 31) & ~31``): a pointer p with p % 32 != 0, a 16-byte-aligned one
+   included, is silently moved 32 - p % 32 bytes on, so A, B and the scales are read
+   from the wrong place and C is written late, up to 31 bytes past the end of its
+   buffer (TMA itself needs only 16). A is m x k/2 bytes and B n x k/2 bytes, rows
+   packed without padding; C is m x n FP16, row-major and contiguous; C buffers of
+   different groups do not overlap.
 9. SFA (SFB) is blocked: ceil(m / 128) x ceil(k / 64) atoms of 512 bytes, K atom
    fastest, within an atom byte (r % 32) * 16 + (r // 32) * 4 + c for row r and
    scale column c (cuBLAS "1D block scaling factors layout"), i.e.

@@ -45,11 +45,18 @@ cta_rest = t - prefix[g], coord_m = cta_rest % ceil(m / TILE_M),
 coord_n = cta_rest // ceil(m / TILE_M); CTA b processes the contiguous tile range
 [b * ceil(T / P), min((b + 1) * ceil(T / P), T)).
 
-Limits: k % 32 == 0 (TMA needs a 16-byte row pitch of k/2 bytes); l == 1; global
-pointers 16-byte aligned.  M and N residues are handled (TMA zero-fill on loads,
-element-wise guarded FP16 stores).  Scale bytes in the padding of a partial
-scale atom (scale columns k/16 .. 4*ceil(k/64)-1) meet zero FP4 data, so they only
-need to be finite (cuBLAS/to_blocked pads them with zeros).
+Limits: k % 32 == 0 (TMA needs a 16-byte row pitch of k/2 bytes); l == 1.  M and N
+residues are handled (TMA zero-fill on loads, element-wise guarded FP16 stores).
+Scale bytes in the padding of a partial scale atom (scale columns k/16 ..
+4*ceil(k/64)-1) meet zero FP4 data, so they only need to be finite (cuBLAS/to_blocked
+pads them with zeros).
+
+Operand alignment: A, B, SFA and SFB 16 bytes (they become TMA descriptor base
+addresses, used as given: ``assumed_align=16``, nothing rounds them), C 2 bytes
+(element-wise FP16 stores).  The runtime requires 32 bytes for all five
+(nvfp4_aot/validation.py): that is the sm_100a kernel's real requirement (its
+precondition 8: it rounds addresses up to a multiple of 32), so one check serves every
+family.
 """
 
 import functools

@@ -31,6 +31,11 @@ Workspace of one launch with P CTAs (sizes in ``WORKSPACE``, checked at import):
 The counter must be 0 before the first launch (the runtime zeroes the workspace once);
 every launch leaves it at 0, so sub-launches of different grid sizes can share it.
 
+Limits as for the other kernel; operand alignment: A and SFA are read only by 4-byte
+global loads in phase 1 (4-byte aligned suffices), B and SFB by TMA (16-byte aligned,
+``assumed_align=16``, not rounded), C is stored element-wise (2 bytes).  The runtime
+requires 32 bytes for all five, the sm_100a kernel's requirement.
+
 This pays where each activation row is reused by many N tiles and K is long (H200:
 -15 % on 8 x (m 64-248, 4096, 7168)); on small launches phase 1 and the barrier cost a
 few microseconds, so the runtime picks between the two kernels per plan.
