@@ -106,11 +106,24 @@ def ir_i32(v, loc, ip):
     return cutlass.Int32(v).ir_value(loc=loc, ip=ip)
 
 
-def _struct_i32(n):
-    return llvm.StructType.get_literal([cutlass.Int32.mlir_type] * n)
+def _inline_asm(result_type, ptx, constraints, operands, has_side_effects, loc, ip):
+    return llvm.inline_asm(
+        result_type,
+        operands,
+        ptx,
+        constraints,
+        has_side_effects=has_side_effects,
+        is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT,
+        loc=loc,
+        ip=ip,
+    )
 
 
-def _unpack(res, n, loc, ip):
+def _asm_i32s(n, ptx, constraints, operands, has_side_effects, loc, ip):
+    """Inline PTX with ``n`` 32-bit results, returned as a list of Int32."""
+    struct = llvm.StructType.get_literal([cutlass.Int32.mlir_type] * n)
+    res = _inline_asm(struct, ptx, constraints, operands, has_side_effects, loc, ip)
     return [
         cutlass.Int32(llvm.extractvalue(cutlass.Int32.mlir_type, res, [i], loc=loc, ip=ip))
         for i in range(n)
@@ -119,32 +132,29 @@ def _unpack(res, n, loc, ip):
 
 def asm(ptx, constraints, operands, loc, ip):
     """Inline PTX without results, ordered with every other memory access."""
-    llvm.inline_asm(
-        None, operands, ptx, constraints + ",~{memory}" if constraints else "~{memory}",
-        has_side_effects=True, is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip,
-    )
+    clobbers = constraints + ",~{memory}" if constraints else "~{memory}"
+    _inline_asm(None, ptx, clobbers, operands, True, loc, ip)
 
 
 def asm_i32(ptx, constraints, operands, loc, ip):
     """Inline PTX with one 32-bit result, never reordered or dropped."""
-    return cutlass.Int32(llvm.inline_asm(
-        cutlass.Int32.mlir_type, operands, ptx, constraints,
-        has_side_effects=True, is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip,
-    ))
+    return cutlass.Int32(
+        _inline_asm(cutlass.Int32.mlir_type, ptx, constraints, operands, True, loc, ip)
+    )
 
 
 @dsl_user_op
 def lds_v4(addr: cutlass.Int32, *, loc=None, ip=None):
     """16-byte shared load -> 4 Int32."""
-    res = llvm.inline_asm(
-        _struct_i32(4), [ir_i32(addr, loc, ip)],
-        "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,r,~{memory}",
-        has_side_effects=True, is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip,
+    return _asm_i32s(
+        4,
+        "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];",
+        "=r,=r,=r,=r,r,~{memory}",
+        [ir_i32(addr, loc, ip)],
+        True,
+        loc,
+        ip,
     )
-    return _unpack(res, 4, loc, ip)
 
 
 @dsl_user_op
@@ -156,25 +166,21 @@ def lds_u16(addr: cutlass.Int32, *, loc=None, ip=None) -> cutlass.Int32:
 @dsl_user_op
 def decode_word(word: cutlass.Int32, scale2: cutlass.Int32, *, loc=None, ip=None):
     """8 FP4 values -> 4 f16x2 (see _DECODE_WORD_PTX)."""
-    res = llvm.inline_asm(
-        _struct_i32(4), [ir_i32(word, loc, ip), ir_i32(scale2, loc, ip)],
-        _DECODE_WORD_PTX, "=r,=r,=r,=r,r,r",
-        has_side_effects=False, is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip,
+    return _asm_i32s(
+        4,
+        _DECODE_WORD_PTX,
+        "=r,=r,=r,=r,r,r",
+        [ir_i32(word, loc, ip), ir_i32(scale2, loc, ip)],
+        False,
+        loc,
+        ip,
     )
-    return _unpack(res, 4, loc, ip)
 
 
 @dsl_user_op
 def decode_scales(sf_pair: cutlass.Int32, *, loc=None, ip=None):
     """Two E4M3 bytes -> two broadcast f16x2 scales times 2^7."""
-    res = llvm.inline_asm(
-        _struct_i32(2), [ir_i32(sf_pair, loc, ip)],
-        _DECODE_SCALES_PTX, "=r,=r,r",
-        has_side_effects=False, is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip,
-    )
-    return _unpack(res, 2, loc, ip)
+    return _asm_i32s(2, _DECODE_SCALES_PTX, "=r,=r,r", [ir_i32(sf_pair, loc, ip)], False, loc, ip)
 
 
 # Consumer wait on a raw-stage full mbarrier: try_wait.parity with suspend-time
@@ -228,8 +234,11 @@ def tma_partition(tma_atom, s_tensor, g_tensor, box_modes):
     """(smem, gmem) partitions of a TMA copy by one CTA (no multicast) whose box is the
     first ``box_modes`` modes of both tensors."""
     return cpasync.tma_partition(
-        tma_atom, 0, cute.make_layout(1),
-        cute.group_modes(s_tensor, 0, box_modes), cute.group_modes(g_tensor, 0, box_modes),
+        tma_atom,
+        0,
+        cute.make_layout(1),
+        cute.group_modes(s_tensor, 0, box_modes),
+        cute.group_modes(g_tensor, 0, box_modes),
     )
 
 
@@ -341,8 +350,13 @@ def store_tile(acc, tCcC, c_address, m, n, coord_m, coord_n):
 
 
 def host_operands(
-    ptr_of_tensor_of_problem_sizes, ptr_of_tensor_of_abc_ptrs, ptr_of_tensor_of_sfasfb_ptrs,
-    ptr_of_tensor_of_cta_prefix, ptr_of_tensor_of_tensormap, persistent_blocks, num_groups,
+    ptr_of_tensor_of_problem_sizes,
+    ptr_of_tensor_of_abc_ptrs,
+    ptr_of_tensor_of_sfasfb_ptrs,
+    ptr_of_tensor_of_cta_prefix,
+    ptr_of_tensor_of_tensormap,
+    persistent_blocks,
+    num_groups,
 ):
     """The kernel's arguments (all but num_groups) from the host launcher's inputs."""
     tensor_of_abc_ptrs = cute.make_tensor(
@@ -374,12 +388,14 @@ def host_operands(
 
     g2s = cpasync.CopyBulkTensorTileG2SOp()
     tma_atom_a, tma_tensor_a = cpasync.make_tiled_tma_atom(
-        g2s, fake_a,
+        g2s,
+        fake_a,
         cute.make_layout((TILE_M, TILE_KB), stride=(TILE_KB, 1)),
         (TILE_M, TILE_KB),
     )
     tma_atom_b, tma_tensor_b = cpasync.make_tiled_tma_atom(
-        g2s, fake_b,
+        g2s,
+        fake_b,
         cute.make_layout((TILE_N, TILE_KB), stride=(TILE_KB, 1)),
         (TILE_N, TILE_KB),
     )
@@ -392,10 +408,19 @@ def host_operands(
     )
 
     return (
-        tma_atom_a, tma_tensor_a, tma_atom_b, tma_tensor_b,
-        tma_atom_sfa, tma_tensor_sfa, tma_atom_sfb, tma_tensor_sfb,
-        tensor_of_abc_ptrs, tensor_of_sfasfb_ptrs, tensor_of_tensormap,
-        tensor_of_problem_sizes, tensor_of_cta_prefix,
+        tma_atom_a,
+        tma_tensor_a,
+        tma_atom_b,
+        tma_tensor_b,
+        tma_atom_sfa,
+        tma_tensor_sfa,
+        tma_atom_sfb,
+        tma_tensor_sfb,
+        tensor_of_abc_ptrs,
+        tensor_of_sfasfb_ptrs,
+        tensor_of_tensormap,
+        tensor_of_problem_sizes,
+        tensor_of_cta_prefix,
     )
 
 

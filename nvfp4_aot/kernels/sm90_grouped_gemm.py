@@ -145,12 +145,15 @@ def _decode_act(a_raw, sfa, a_dst, a_rr):
                 sts_b32(dst + (w // 2) * (TILE_M * 128) + ((a_rr ^ unit) * 16), vals[s])
 
 
-def _no_group():
-    """The tile walks' ``group`` before the first tile: (m, n, cta_m, k_tile_cnt,
-    loaded_idx) with loaded_idx -1, so that the first tile reads its group's sizes."""
-    return (
-        cutlass.Int32(0), cutlass.Int32(0), cutlass.Int32(1), cutlass.Int32(0), cutlass.Int32(-1)
-    )
+@cute.jit
+def _walk_start(
+    tile_start: cutlass.Int32, tensor_of_cta_prefix: cute.Tensor, num_groups: cutlass.Constexpr[int]
+):
+    """(group_idx, group) for ``_tile_at`` at a CTA's first tile: the group holding it
+    and, as ``group``, (m, n, cta_m, k_tile_cnt, loaded_idx) with loaded_idx -1, so that
+    the first tile reads its group's sizes."""
+    group_idx = find_group(tile_start, tensor_of_cta_prefix, num_groups)
+    return group_idx, tuple(cutlass.Int32(v) for v in (0, 0, 1, 0, -1))
 
 
 @cute.jit
@@ -164,7 +167,7 @@ def _tile_at(
 ):
     """(group_idx, group, coord_m, coord_n) of tile ``tile_idx``, walking on from group
     ``group_idx`` (the tiles of a CTA ascend).  ``group`` = (m, n, cta_m, k_tile_cnt,
-    loaded_idx) of the group whose sizes were last read (``_no_group()`` before the
+    loaded_idx) of the group whose sizes were last read (from ``_walk_start`` at the
     first tile): they are read from global memory only when the walk enters a new group,
     and then ``on_new_group(group_idx, m, n, k)`` runs (the producer points its
     tensormaps at the group there)."""
@@ -185,8 +188,15 @@ def _tile_at(
 
 
 def _update_tensormaps(
-    tensormap_manager, tma_atoms, tensormap_gmem_ptrs, tensor_of_abc_ptrs, tensor_of_sfasfb_ptrs,
-    group_idx, m, n, k,
+    tensormap_manager,
+    tma_atoms,
+    tensormap_gmem_ptrs,
+    tensor_of_abc_ptrs,
+    tensor_of_sfasfb_ptrs,
+    group_idx,
+    m,
+    n,
+    k,
 ):
     """Point the CTA's tensormaps (A, B, SFA, SFB) at group ``group_idx`` and fence them
     before the next TMA load uses them."""
@@ -354,18 +364,25 @@ def kernel(
             _update_tensormaps,
             tensormap_manager,
             (tma_atom_a, tma_atom_b, tma_atom_sfa, tma_atom_sfb),
-            (tensormap_a_gmem_ptr, tensormap_b_gmem_ptr,
-             tensormap_sfa_gmem_ptr, tensormap_sfb_gmem_ptr),
+            (
+                tensormap_a_gmem_ptr,
+                tensormap_b_gmem_ptr,
+                tensormap_sfa_gmem_ptr,
+                tensormap_sfb_gmem_ptr,
+            ),
             tensor_of_abc_ptrs,
             tensor_of_sfasfb_ptrs,
         )
         if tile_start < tile_end:
             tile_idx = tile_start
-            group_idx = find_group(tile_idx, tensor_of_cta_prefix, num_groups)
-            group = _no_group()
+            group_idx, group = _walk_start(tile_idx, tensor_of_cta_prefix, num_groups)
             while tile_idx < tile_end:
                 group_idx, group, coord_m, coord_n = _tile_at(
-                    tile_idx, group_idx, group, tensor_of_problem_sizes, tensor_of_cta_prefix,
+                    tile_idx,
+                    group_idx,
+                    group,
+                    tensor_of_problem_sizes,
+                    tensor_of_cta_prefix,
                     update_tensormaps,
                 )
                 _m, _n, _cta_m, k_tile_cnt, _loaded_idx = group
@@ -446,8 +463,7 @@ def kernel(
 
         if tile_start < tile_end:
             tile_idx = tile_start
-            group_idx = find_group(tile_idx, tensor_of_cta_prefix, num_groups)
-            group = _no_group()
+            group_idx, group = _walk_start(tile_idx, tensor_of_cta_prefix, num_groups)
             while tile_idx < tile_end:
                 group_idx, group, coord_m, coord_n = _tile_at(
                     tile_idx, group_idx, group, tensor_of_problem_sizes, tensor_of_cta_prefix

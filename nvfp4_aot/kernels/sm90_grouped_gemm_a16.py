@@ -526,14 +526,8 @@ def kernel(
                 group_idx, m, n, k, coord_m, coord_n = _tile_at(tile_idx, group_idx, tiles, s_k)
                 k_tile_cnt = ceil_div(k, TILE_K)
                 if group_idx != prev_group_idx:
-                    real_b = make_ab_tensor(
-                        gmem_u8(tensor_of_abc_ptrs[group_idx, 1]),
-                        n, k,
-                    )
-                    real_sfb = make_sf_tensor(
-                        gmem_u8(tensor_of_sfasfb_ptrs[group_idx, 1]),
-                        n, k,
-                    )
+                    real_b = make_ab_tensor(gmem_u8(tensor_of_abc_ptrs[group_idx, 1]), n, k)
+                    real_sfb = make_sf_tensor(gmem_u8(tensor_of_sfasfb_ptrs[group_idx, 1]), n, k)
                     tensormap_manager.update_tensormap(
                         (real_b, real_sfb),
                         (tma_atom_b, tma_atom_sfb),
