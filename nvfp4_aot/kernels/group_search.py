@@ -1,4 +1,4 @@
-"""The persistent schedulers' group search, shared by the sm_100a and sm_90a kernels.
+"""The persistent schedulers' tile arithmetic and group search, shared by all the kernels.
 
 Tiles of all groups are numbered consecutively; ``cta_prefix[g]`` is the first tile of
 group g and ``cta_prefix[num_groups]`` the total. Inlined into each kernel at trace time.
@@ -6,6 +6,30 @@ group g and ``cta_prefix[num_groups]`` the total. Inlined into each kernel at tr
 
 import cutlass
 import cutlass.cute as cute
+
+
+def ceil_div(a, b):
+    """ceil(a / b) for a >= 0, b > 0: Python ints at trace time or DSL integers in a kernel
+    (the same ``(a + b - 1) // b`` ops either way, so the traced IR does not depend on it)."""
+    return (a + b - 1) // b
+
+
+@cute.jit
+def cta_tile_range(
+    bidx: cutlass.Int32,
+    grid_dim_x: cutlass.Int32,
+    cta_prefix: cute.Tensor,
+    num_groups: cutlass.Constexpr[int],
+):
+    """[tile_start, tile_end) of CTA ``bidx`` of ``grid_dim_x``: each CTA takes the next
+    ceil(T / P) consecutive tiles, the last ones fewer (T = cta_prefix[num_groups])."""
+    total_tiles = cta_prefix[num_groups]
+    tiles_per_cta = ceil_div(total_tiles, grid_dim_x)
+    tile_start = bidx * tiles_per_cta
+    tile_end = tile_start + tiles_per_cta
+    if tile_end > total_tiles:
+        tile_end = total_tiles
+    return tile_start, tile_end
 
 
 @cute.jit

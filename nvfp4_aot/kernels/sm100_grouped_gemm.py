@@ -60,10 +60,14 @@ Preconditions the kernel relies on without checking (the runtime must validate):
 6. n % 32 == 0: C's row stride is declared ``cute.assume(n, 32)`` (it also keeps
    the 128-bit stores of full tiles aligned). m >= 1 is otherwise unrestricted.
 7. m * k, n * k and m * n are below 2**31 (32-bit layout arithmetic).
-8. A, B, C, SFA and SFB pointers are 32-byte aligned (``.align(32)``); TMA itself
-   needs 16. A is m x k/2 bytes and B n x k/2 bytes, rows packed without padding;
-   C is m x n FP16, row-major and contiguous; C buffers of different groups do not
-   overlap.
+8. A, B, C, SFA and SFB pointers are 32-byte aligned. ``make_ptr(...).align(32)``
+   does not assume this, it rounds the address up to the next multiple of 32
+   (``(p + 31) & ~31``): a pointer p with p % 32 != 0, a 16-byte-aligned one
+   included, is silently moved 32 - p % 32 bytes on, so A, B and the scales are read
+   from the wrong place and C is written late, up to 31 bytes past the end of its
+   buffer (TMA itself needs only 16). A is m x k/2 bytes and B n x k/2 bytes, rows
+   packed without padding; C is m x n FP16, row-major and contiguous; C buffers of
+   different groups do not overlap.
 9. SFA (SFB) is blocked: ceil(m / 128) x ceil(k / 64) atoms of 512 bytes, K atom
    fastest, within an atom byte (r % 32) * 16 + (r // 32) * 4 + c for row r and
    scale column c (cuBLAS "1D block scaling factors layout"), i.e.
@@ -84,7 +88,7 @@ from cutlass.cute.runtime import make_ptr
 from cutlass.memory import SmemAllocator, TmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
-from .group_search import find_group
+from .group_search import ceil_div, cta_tile_range, find_group
 
 FAMILY = "sm100_nvfp4_grouped_gemm"
 ARCHS = ("sm_100a", "sm_103a")
@@ -108,10 +112,6 @@ TMA_WARP_ID = 5
 # Stage numbers of shared memory and tmem
 NUM_ACC_STAGE = 2
 NUM_AB_STAGE = 5
-
-
-def _ceil_div(a, b):
-    return (a + b - 1) // b
 
 
 def _round_tmem_alloc_cols(required_cols: int) -> int:
@@ -159,12 +159,7 @@ def grouped_gemm_kernel(
     #
     bidx, _, _ = cute.arch.block_idx()
     grid_dim_x, _, _ = cute.arch.grid_dim()
-    total_tiles = cta_prefix[num_groups]
-    tiles_per_cta = _ceil_div(total_tiles, grid_dim_x)
-    tile_start = bidx * tiles_per_cta
-    tile_end = tile_start + tiles_per_cta
-    if tile_end > total_tiles:
-        tile_end = total_tiles
+    tile_start, tile_end = cta_tile_range(bidx, grid_dim_x, cta_prefix, num_groups)
 
     #
     # Define shared storage for kernel
@@ -490,7 +485,8 @@ def grouped_gemm_kernel(
                 n = problem_sizes[group_idx, 1]
                 k = problem_sizes[group_idx, 2]
                 l = problem_sizes[group_idx, 3]  # noqa: E741
-                cta_m = _ceil_div(m, MMA_TILER_MNK[0])
+                cta_m = ceil_div(m, MMA_TILER_MNK[0])
+                # cute.ceil_div traces to other IR than ceil_div: kept, so the cubin stays.
                 k_tile_cnt = cute.ceil_div(k, MMA_TILER_MNK[2])
 
                 # This group's real tensors: A/B K-major (m|n, k, l), scale
@@ -724,7 +720,7 @@ def grouped_gemm_kernel(
                 m = problem_sizes[group_idx, 0]
                 n = problem_sizes[group_idx, 1]
                 l = problem_sizes[group_idx, 3]  # noqa: E741
-                cta_m = _ceil_div(m, MMA_TILER_MNK[0])
+                cta_m = ceil_div(m, MMA_TILER_MNK[0])
                 prev_group_idx = group_idx
             cta_rest = tile_idx - cta_prefix[group_idx]
             coord_y = cta_rest // cta_m

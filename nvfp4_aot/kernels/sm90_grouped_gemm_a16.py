@@ -31,6 +31,11 @@ Workspace of one launch with P CTAs (sizes in ``WORKSPACE``, checked at import):
 The counter must be 0 before the first launch (the runtime zeroes the workspace once);
 every launch leaves it at 0, so sub-launches of different grid sizes can share it.
 
+Limits as for the other kernel; operand alignment: A and SFA are read only by 4-byte
+global loads in phase 1 (4-byte aligned suffices), B and SFB by TMA (16-byte aligned,
+``assumed_align=16``, not rounded), C is stored element-wise (2 bytes).  The runtime
+requires 32 bytes for all five, the sm_100a kernel's requirement.
+
 This pays where each activation row is reused by many N tiles and K is long (H200:
 -15 % on 8 x (m 64-248, 4096, 7168)); on small launches phase 1 and the barrier cost a
 few microseconds, so the runtime picks between the two kernels per plan.
@@ -39,45 +44,46 @@ few microseconds, so the runtime picks between the two kernels per plan.
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
-from cutlass.cute.nvgpu import cpasync, warpgroup
-from cutlass.cute.runtime import make_ptr
+from cutlass.cute.nvgpu import warpgroup
 from cutlass.cutlass_dsl import dsl_user_op
 from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
 from . import family_named
-from .group_search import advance_group, find_group
-from .sm90_grouped_gemm import (
-    _B_RAW_BYTES,
-    _DEC_ELEMS_A,
-    _SF_BYTES,
-    _SF_HALVES,
-    _TILE_KB,
+from .group_search import advance_group, ceil_div, cta_tile_range, find_group
+from .sm90_common import (
     ARCHS,
+    B_RAW_BYTES,
     BYTES_PER_TENSORMAP,
+    DEC_ELEMS_A,
     NUM_CONSUMER_WARPS,
     NUM_TENSORMAPS,
     PRODUCER_WARP,
+    SF_BYTES,
+    SF_HALVES,
     THREADS,
     TILE_K,
+    TILE_KB,
     TILE_M,
     TILE_N,
-    _asm,
-    _asm_i32,
-    _consumer_wait,
-    _decode_weights,
-    _i32,
-    _load_weights,
-    ceil_div,
+    asm,
+    asm_i32,
+    compile_host,
     consumer_mma,
+    consumer_wait,
     decode_scales,
+    decode_weights,
     decode_word,
+    gmem_u8,
     host_operands,
+    ir_i32,
+    load_weights,
     make_ab_tensor,
     make_sf_tensor,
     pingpong_barriers,
     store_tile,
     thread_offsets,
+    tma_partition,
 )
 
 FAMILY = "sm90_nvfp4_grouped_gemm_a16"
@@ -86,8 +92,8 @@ __all__ = ["ARCHS", "FAMILY", "THREADS", "TILE_K", "TILE_M", "TILE_N", "compile"
 NUM_STAGES = 5  # TMA pipeline depth (FP16 activations + raw weights + weight scales)
 PHASE1_TASKS_IN_FLIGHT = 2  # decode tasks whose global loads a thread issues together
 
-_A16_STAGE_BYTES = _DEC_ELEMS_A * 2  # one K tile of FP16 activations (two 128 x 64 boxes)
-_TMA_BYTES_PER_STAGE = _A16_STAGE_BYTES + _B_RAW_BYTES + _SF_BYTES
+_A16_STAGE_BYTES = DEC_ELEMS_A * 2  # one K tile of FP16 activations (two 128 x 64 boxes)
+_TMA_BYTES_PER_STAGE = _A16_STAGE_BYTES + B_RAW_BYTES + SF_BYTES
 _BARRIER_OFFSET = 2 * BYTES_PER_TENSORMAP  # CTA 0's (unused) SFA tensormap slot
 
 WORKSPACE = family_named(FAMILY).workspace
@@ -109,21 +115,21 @@ def _i64(v, loc, ip):
 @dsl_user_op
 def ldg_b32(addr: cutlass.Int64, *, loc=None, ip=None) -> cutlass.Int32:
     """4-byte read-only global load."""
-    return _asm_i32("ld.global.nc.b32 $0, [$1];", "=r,l", [_i64(addr, loc, ip)], loc, ip)
+    return asm_i32("ld.global.nc.b32 $0, [$1];", "=r,l", [_i64(addr, loc, ip)], loc, ip)
 
 
 @dsl_user_op
 def stg_v4(addr: cutlass.Int64, v0: cutlass.Int32, v1: cutlass.Int32, v2: cutlass.Int32,
            v3: cutlass.Int32, *, loc=None, ip=None) -> None:
     """16-byte global store."""
-    _asm("st.global.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r",
-         [_i64(addr, loc, ip)] + [_i32(v, loc, ip) for v in (v0, v1, v2, v3)], loc, ip)
+    asm("st.global.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r",
+         [_i64(addr, loc, ip)] + [ir_i32(v, loc, ip) for v in (v0, v1, v2, v3)], loc, ip)
 
 
 @dsl_user_op
 def fence_proxy_async_global(*, loc=None, ip=None) -> None:
     """Order this thread's generic-proxy global accesses with async-proxy (TMA) ones."""
-    _asm("fence.proxy.async.global;", "", [], loc, ip)
+    asm("fence.proxy.async.global;", "", [], loc, ip)
 
 
 # Grid barrier for one thread per CTA (all CTAs co-resident).  Words at $0: [0]
@@ -156,13 +162,13 @@ fence.proxy.async.global;
 
 @dsl_user_op
 def grid_barrier_thread(ctr_addr: cutlass.Int64, last: cutlass.Int32, *, loc=None, ip=None):
-    _asm(_GRID_BARRIER_PTX, "l,r", [_i64(ctr_addr, loc, ip), _i32(last, loc, ip)], loc, ip)
+    asm(_GRID_BARRIER_PTX, "l,r", [_i64(ctr_addr, loc, ip), ir_i32(last, loc, ip)], loc, ip)
 
 
 @dsl_user_op
 def tmap_set_f16_sw128(desc: cutlass.Int64, *, loc=None, ip=None) -> None:
     """Element type FP16 (6) and 128B swizzle (3) in a descriptor in global memory."""
-    _asm(
+    asm(
         "tensormap.replace.tile.elemtype.global.b1024.b32 [$0], 6;\n"
         "tensormap.replace.tile.swizzle_mode.global.b1024.b32 [$0], 3;",
         "l", [_i64(desc, loc, ip)], loc, ip,
@@ -173,13 +179,13 @@ def tmap_set_f16_sw128(desc: cutlass.Int64, *, loc=None, ip=None) -> None:
 def tmap_update_2d(desc: cutlass.Int64, addr: cutlass.Int64, dim0: cutlass.Int32,
                    dim1: cutlass.Int32, stride_bytes: cutlass.Int64, *, loc=None, ip=None):
     """Address, extents and row pitch of a rank-2 descriptor in global memory."""
-    _asm(
+    asm(
         "tensormap.replace.tile.global_address.global.b1024.b64 [$0], $1;\n"
         "tensormap.replace.tile.global_dim.global.b1024.b32 [$0], 0, $2;\n"
         "tensormap.replace.tile.global_dim.global.b1024.b32 [$0], 1, $3;\n"
         "tensormap.replace.tile.global_stride.global.b1024.b64 [$0], 0, $4;",
         "l,l,r,r,l",
-        [_i64(desc, loc, ip), _i64(addr, loc, ip), _i32(dim0, loc, ip), _i32(dim1, loc, ip),
+        [_i64(desc, loc, ip), _i64(addr, loc, ip), ir_i32(dim0, loc, ip), ir_i32(dim1, loc, ip),
          _i64(stride_bytes, loc, ip)],
         loc, ip,
     )
@@ -187,12 +193,12 @@ def tmap_update_2d(desc: cutlass.Int64, addr: cutlass.Int64, dim0: cutlass.Int32
 
 @dsl_user_op
 def fence_tmap_release(*, loc=None, ip=None) -> None:
-    _asm("fence.proxy.tensormap::generic.release.gpu;", "", [], loc, ip)
+    asm("fence.proxy.tensormap::generic.release.gpu;", "", [], loc, ip)
 
 
 @dsl_user_op
 def fence_tmap_acquire(desc: cutlass.Int64, *, loc=None, ip=None) -> None:
-    _asm("fence.proxy.tensormap::generic.acquire.gpu [$0], 128;", "l",
+    asm("fence.proxy.tensormap::generic.acquire.gpu [$0], 128;", "l",
          [_i64(desc, loc, ip)], loc, ip)
 
 
@@ -200,12 +206,12 @@ def fence_tmap_acquire(desc: cutlass.Int64, *, loc=None, ip=None) -> None:
 def tma_load_2d(dst: cutlass.Int32, desc: cutlass.Int64, c0: cutlass.Int32, c1: cutlass.Int32,
                 mbar: cutlass.Int32, *, loc=None, ip=None) -> None:
     """One 2-D TMA box (inner coordinate c0, outer c1) into shared memory at dst."""
-    _asm(
+    asm(
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
         " [$0], [$1, {$2, $3}], [$4];",
         "r,l,r,r,r",
-        [_i32(dst, loc, ip), _i64(desc, loc, ip), _i32(c0, loc, ip), _i32(c1, loc, ip),
-         _i32(mbar, loc, ip)],
+        [ir_i32(dst, loc, ip), _i64(desc, loc, ip), ir_i32(c0, loc, ip), ir_i32(c1, loc, ip),
+         ir_i32(mbar, loc, ip)],
         loc, ip,
     )
 
@@ -310,7 +316,7 @@ def _decode_activations(
             row = rest // kt_cnt
             kvalid = k - kt * TILE_K
             src = (s_a[g] + cutlass.Int64(row) * cutlass.Int64(k // 2)
-                   + cutlass.Int64(kt * _TILE_KB + 4 * w))
+                   + cutlass.Int64(kt * TILE_KB + 4 * w))
             words = []
             for c in cutlass.range_constexpr(4):
                 word = cutlass.Int32(0)
@@ -375,12 +381,7 @@ def kernel(
     grid_dim_x, _, _ = cute.arch.grid_dim()
 
     # Contiguous tile range of this CTA (same split as the sm_100a kernel).
-    total_tiles = tensor_of_cta_prefix[num_groups]
-    tiles_per_cta = ceil_div(total_tiles, grid_dim_x)
-    tile_start = bidx * tiles_per_cta
-    tile_end = tile_start + tiles_per_cta
-    if tile_end > total_tiles:
-        tile_end = total_tiles
+    tile_start, tile_end = cta_tile_range(bidx, grid_dim_x, tensor_of_cta_prefix, num_groups)
 
     # Workspace places (see the module docstring).
     workspace = tensormaps.iterator.toint()
@@ -406,15 +407,15 @@ def kernel(
         # FP16 activation stages (the wgmma B operand), K-major 128B-swizzled,
         # filled by two TMA boxes of 128 rows x 64 FP16 each.
         sA16: cute.struct.Align[
-            cute.struct.MemRange[cutlass.Float16, NUM_STAGES * _DEC_ELEMS_A], 1024
+            cute.struct.MemRange[cutlass.Float16, NUM_STAGES * DEC_ELEMS_A], 1024
         ]
         # Raw weight stages: FP4 bytes, row-major (rows, TILE_K / 2), no swizzle.
         sB_raw: cute.struct.Align[
-            cute.struct.MemRange[cutlass.Uint8, NUM_STAGES * _B_RAW_BYTES], 1024
+            cute.struct.MemRange[cutlass.Uint8, NUM_STAGES * B_RAW_BYTES], 1024
         ]
-        # Raw weight scale stages: _SF_HALVES x 256 bytes = TILE_K / 64 atoms.
+        # Raw weight scale stages: SF_HALVES x 256 bytes = TILE_K / 64 atoms.
         sSFB_raw: cute.struct.Align[
-            cute.struct.MemRange[cutlass.Uint8, NUM_STAGES * _SF_BYTES], 1024
+            cute.struct.MemRange[cutlass.Uint8, NUM_STAGES * SF_BYTES], 1024
         ]
 
     storage = SmemAllocator().allocate(SharedStorage)
@@ -439,11 +440,11 @@ def kernel(
 
     # (TILE_N, TILE_K/2, STAGE)
     sB_raw = storage.sB_raw.get_tensor(
-        cute.make_layout((TILE_N, _TILE_KB, NUM_STAGES), stride=(_TILE_KB, 1, _B_RAW_BYTES))
+        cute.make_layout((TILE_N, TILE_KB, NUM_STAGES), stride=(TILE_KB, 1, B_RAW_BYTES))
     )
     # (256, SF_HALVES, 1, STAGE)
     sSFB_raw = storage.sSFB_raw.get_tensor(
-        cute.make_layout((256, _SF_HALVES, 1, NUM_STAGES), stride=(1, 256, _SF_BYTES, _SF_BYTES))
+        cute.make_layout((256, SF_HALVES, 1, NUM_STAGES), stride=(1, 256, SF_BYTES, SF_BYTES))
     )
     # FP16 activation stages: S<3,4,3> (byte-address 128B swizzle) o (8,64) atoms.
     a16_layout = cute.tile_to_shape(
@@ -482,17 +483,11 @@ def kernel(
     cute.arch.barrier()
 
     # (TILE_N, TILE_K/2, RestN, RestK)
-    gB = cute.local_tile(mB, (TILE_N, _TILE_KB), (None, None))
+    gB = cute.local_tile(mB, (TILE_N, TILE_KB), (None, None))
     # (256, SF_HALVES, 1, 1, RestK, RestRowBlock)
-    gSFB = cute.local_tile(mSFB, (256, _SF_HALVES, 1), (None, None, None))
-    tBsB, tBgB = cpasync.tma_partition(
-        tma_atom_b, 0, cute.make_layout(1),
-        cute.group_modes(sB_raw, 0, 2), cute.group_modes(gB, 0, 2),
-    )
-    tBsSFB, tBgSFB = cpasync.tma_partition(
-        tma_atom_sfb, 0, cute.make_layout(1),
-        cute.group_modes(sSFB_raw, 0, 3), cute.group_modes(gSFB, 0, 3),
-    )
+    gSFB = cute.local_tile(mSFB, (256, SF_HALVES, 1), (None, None, None))
+    tBsB, tBgB = tma_partition(tma_atom_b, sB_raw, gB, 2)
+    tBsSFB, tBgSFB = tma_partition(tma_atom_sfb, sSFB_raw, gSFB, 3)
     a16_smem_base = storage.sA16.data_ptr().toint()
     full_bar_base = storage.ab_mbar_ptr.data_ptr().toint()
 
@@ -531,16 +526,8 @@ def kernel(
                 group_idx, m, n, k, coord_m, coord_n = _tile_at(tile_idx, group_idx, tiles, s_k)
                 k_tile_cnt = ceil_div(k, TILE_K)
                 if group_idx != prev_group_idx:
-                    real_b = make_ab_tensor(
-                        cute.make_ptr(cutlass.Uint8, tensor_of_abc_ptrs[group_idx, 1],
-                                      cute.AddressSpace.gmem, assumed_align=16),
-                        n, k,
-                    )
-                    real_sfb = make_sf_tensor(
-                        cute.make_ptr(cutlass.Uint8, tensor_of_sfasfb_ptrs[group_idx, 1],
-                                      cute.AddressSpace.gmem, assumed_align=16),
-                        n, k,
-                    )
+                    real_b = make_ab_tensor(gmem_u8(tensor_of_abc_ptrs[group_idx, 1]), n, k)
+                    real_sfb = make_sf_tensor(gmem_u8(tensor_of_sfasfb_ptrs[group_idx, 1]), n, k)
                     tensormap_manager.update_tensormap(
                         (real_b, real_sfb),
                         (tma_atom_b, tma_atom_sfb),
@@ -616,10 +603,10 @@ def kernel(
                 acc.fill(0.0)
                 tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
                 # Raw weights are loaded one K tile ahead (here K tile 0).
-                _consumer_wait(full_bar_base, consumer_state)
-                w_words, w_sfs = _load_weights(
-                    b_raw_base + consumer_state.index * _B_RAW_BYTES + w_raw_off,
-                    sfb_base + consumer_state.index * _SF_BYTES + w_sf_off,
+                consumer_wait(full_bar_base, consumer_state)
+                w_words, w_sfs = load_weights(
+                    b_raw_base + consumer_state.index * B_RAW_BYTES + w_raw_off,
+                    sfb_base + consumer_state.index * SF_BYTES + w_sf_off,
                 )
                 # K tile t: decode own weights (t) into register set t % 2, wait
                 # for this warpgroup's turn, issue the 8 wgmmas on stage t's FP16
@@ -631,7 +618,7 @@ def kernel(
                     for q in cutlass.range_constexpr(2):
                         t = k_pair * 2 + q
                         if t < k_tile_cnt:
-                            _decode_weights(tCrA_regs[q], w_words, w_sfs)
+                            decode_weights(tCrA_regs[q], w_words, w_sfs)
                             if t > 0 or wg == 1 or tile_idx != tile_start:
                                 my_turn_bar.arrive_and_wait()
                             stage = consumer_state.index
@@ -650,12 +637,12 @@ def kernel(
                             next_state = consumer_state.clone()
                             next_state.advance()
                             if t + 1 < k_tile_cnt:
-                                _consumer_wait(full_bar_base, next_state)
+                                consumer_wait(full_bar_base, next_state)
                             # Raw weights of K tile t + 1.  Past the last K tile
                             # these are unused reads of a stage that may be refilling.
-                            w_words, w_sfs = _load_weights(
-                                b_raw_base + next_state.index * _B_RAW_BYTES + w_raw_off,
-                                sfb_base + next_state.index * _SF_BYTES + w_sf_off,
+                            w_words, w_sfs = load_weights(
+                                b_raw_base + next_state.index * B_RAW_BYTES + w_raw_off,
+                                sfb_base + next_state.index * SF_BYTES + w_sf_off,
                             )
                             warpgroup.wait_group(0)
                             ab_pipeline.consumer_release(consumer_state)
@@ -701,15 +688,4 @@ def grouped_gemm_host(
 
 def compile(num_groups: int):
     """Compile the kernel for a fixed group count (8 or 120); returns the DSL object."""
-    gmem = cute.AddressSpace.gmem
-    return cute.compile(
-        grouped_gemm_host,
-        make_ptr(cutlass.Int32, 0, gmem, assumed_align=16),
-        make_ptr(cutlass.Int64, 0, gmem, assumed_align=16),
-        make_ptr(cutlass.Int64, 0, gmem, assumed_align=16),
-        make_ptr(cutlass.Int32, 0, gmem, assumed_align=16),
-        make_ptr(cutlass.Int64, 0, gmem, assumed_align=16),
-        cutlass.Int32(1),
-        cutlass.Int32(1),
-        num_groups,
-    )
+    return compile_host(grouped_gemm_host, num_groups)
