@@ -408,12 +408,15 @@ def source_launch_inputs(module: str) -> tuple[dict[int, list[str]], str | None,
     the input that is the grid's x dimension, and the inputs in host argument order."""
     trees = _source_trees(module)
     functions = {n.name: n for t in trees for n in ast.walk(t) if isinstance(n, ast.FunctionDef)}
-    compile_call = next(
-        n for n in ast.walk(functions["compile"])
-        if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "compile"
+    # the @cute.jit host launcher that compile() hands to cute.compile (maybe through a
+    # shared helper): the first argument of a call in compile() naming such a function
+    host = next(
+        functions[arg.id]
+        for n in ast.walk(functions["compile"]) if isinstance(n, ast.Call)
+        for arg in n.args[:1]
+        if isinstance(arg, ast.Name) and arg.id in functions
+        and _decorated(functions[arg.id], "jit")
     )  # fmt: skip
-    host = functions[compile_call.args[0].id]
-    assert _decorated(host, "jit"), host.name
     host_order = [_input_of(a.arg) for a in host.args.args if not _compile_time(a)]
     launch = next(
         n for n in ast.walk(host)
