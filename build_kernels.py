@@ -123,7 +123,7 @@ def _summary(baked) -> str:
     help="Rebuild what --out holds into a temporary directory and compare; exit 1 on any difference.",
 )
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def main(archs, groups, out: Path, check: bool, quiet: bool):  # fmt: skip
+def main(archs, groups, out: Path, check: bool, quiet: bool):
     """Compile the kernels with the CuTe DSL and write cubins + manifest.json."""
     _require_dsl()
     started = time.perf_counter()

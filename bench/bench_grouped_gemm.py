@@ -173,10 +173,15 @@ def bench_shape(shape, device, repeats, num_sets, kernel=None):
         worst = max(worst, finite_or_inf(((c.float() - ref).norm() / ref.norm()).item()))
     row["rel_err"] = worst
 
-    deq = [[(dequantize(a, sfa, m, k), dequantize(b, sfb, n, k)) for a, b, c, sfa, sfb, m, n, k in st] for st in sets]
+    deq = [
+        [(dequantize(a, sfa, m, k), dequantize(b, sfb, n, k)) for a, b, c, sfa, sfb, m, n, k in st]
+        for st in sets
+    ]
     same_nk = len({(n, k) for _, n, k in sizes}) == 1
     if same_nk and hasattr(torch, "_grouped_mm"):
-        offs = torch.tensor([sum(shape["m"][: i + 1]) for i in range(len(sizes))], dtype=torch.int32, device=device)
+        offs = torch.tensor(
+            [sum(shape["m"][: i + 1]) for i in range(len(sizes))], dtype=torch.int32, device=device
+        )
         stacked = [(torch.cat([d[0] for d in st]), torch.stack([d[1] for d in st])) for st in deq]
         try:
             row["grouped_mm_ms"] = statistics.median(
@@ -189,7 +194,10 @@ def bench_shape(shape, device, repeats, num_sets, kernel=None):
         n, k = sizes[0][1], sizes[0][2]
         dense = [(torch.randn(sum(shape["m"]), k, dtype=torch.bfloat16, device=device),
                   torch.randn(n, k, dtype=torch.bfloat16, device=device)) for _ in range(num_sets)]  # fmt: skip
-        outs = [torch.empty(sum(shape["m"]), n, dtype=torch.bfloat16, device=device) for _ in range(num_sets)]
+        outs = [
+            torch.empty(sum(shape["m"]), n, dtype=torch.bfloat16, device=device)
+            for _ in range(num_sets)
+        ]
         row["dense_bf16_ms"] = statistics.median(
             time_graph(lambda i: torch.matmul(dense[i][0], dense[i][1].T, out=outs[i]), list(range(num_sets)), repeats)
         )  # fmt: skip
@@ -207,7 +215,11 @@ def bench_shape(shape, device, repeats, num_sets, kernel=None):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "shapes.json")
+    parser.add_argument(
+        "--shapes",
+        type=Path,
+        default=Path(__file__).resolve().parents[2] / "shared" / "shapes.json",
+    )
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--sets", type=int, default=4)
     parser.add_argument("--no-moe", action="store_true")
@@ -216,14 +228,19 @@ def main() -> int:
     args = parser.parse_args()
     device = torch.device("cuda", 0)
     torch.manual_seed(0)
-    shapes = [dict(s, name=f"bench{i}") for i, s in enumerate(json.loads(args.shapes.read_text())["benchmarks"])]
+    shapes = [
+        dict(s, name=f"bench{i}")
+        for i, s in enumerate(json.loads(args.shapes.read_text())["benchmarks"])
+    ]
     if not args.no_moe:
         shapes += MOE_SHAPES
     rows = [bench_shape(s, device, args.repeats, args.sets, args.kernel) for s in shapes]
     # the ceilings last: 30 back-to-back 8192^3 matmuls leave the GPU hot, and the first
     # shape measured after them ran up to 20 % slow in earlier runs
     ceilings = measure_ceilings(device)
-    print(f"# {torch.cuda.get_device_name(0)}: copy {ceilings[0] / 1e12:.2f} TB/s, bf16 {ceilings[1] / 1e12:.0f} TFLOP/s")
+    print(
+        f"# {torch.cuda.get_device_name(0)}: copy {ceilings[0] / 1e12:.2f} TB/s, bf16 {ceilings[1] / 1e12:.0f} TFLOP/s"
+    )
     for r in rows:
         r["mem_floor_ms"] = r["min_bytes"] / ceilings[0] * 1e3
         r["bf16_floor_ms"] = r["flops"] / ceilings[1] * 1e3
@@ -238,7 +255,17 @@ def main() -> int:
               f"{r['naive_ms'] * 1e3:9.1f} {dense} {r['mem_floor_ms'] * 1e3:7.1f} {r['bf16_floor_ms'] * 1e3:8.1f} "
               f"{r['ours_tflops']:7.0f} {r['rel_err']:8.1e}  {r['kernel']}")  # fmt: skip
     if args.json:
-        args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(0), "copy_Bps": ceilings[0], "bf16_flops": ceilings[1], "rows": rows}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "device": torch.cuda.get_device_name(0),
+                    "copy_Bps": ceilings[0],
+                    "bf16_flops": ceilings[1],
+                    "rows": rows,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

@@ -266,7 +266,10 @@ def steady_state(device: int, calls: int, pointer_sets: int, floor) -> dict:
         "piece_event_query": lambda _i: calls_.event_query(launcher._events[slot]),
     }
     pieces["piece_memcpy_async"] = lambda _i: calls_.memcpy_htod_async(
-        launcher.slot_address(slot), launcher._staging_addresses[slot], plan.layout.slot_bytes, stream
+        launcher.slot_address(slot),
+        launcher._staging_addresses[slot],
+        plan.layout.slot_bytes,
+        stream,
     )
     for name, call in pieces.items():
         result[name] = per_call_us(call, batches, per_batch)
@@ -401,7 +404,14 @@ def main() -> None:
     def row(metric, value, target="", result=""):
         rows.append((metric, value, target, result))
 
-    steps = ("import_package", "import_runtime", "import_bindings", "cuda_init", "plan", "first_run")
+    steps = (
+        "import_package",
+        "import_runtime",
+        "import_bindings",
+        "cuda_init",
+        "plan",
+        "first_run",
+    )
     ours = cold["ours"]
     total = sum(ours[k] for k in steps)
     for step in steps:
@@ -448,7 +458,10 @@ def main() -> None:
     row("graph: replay wrote every C", "yes" if graphed["wrote_every_c"] else "no", "yes",
         "pass" if graphed["wrote_every_c"] else "FAIL")  # fmt: skip
     row("graph: plan.close() after capture", graphed["close_after_capture"])
-    row("graph, one plan, same pointers: GPU time per run", f"{kernels_only['gpu_per_run_us']:.2f} us")
+    row(
+        "graph, one plan, same pointers: GPU time per run",
+        f"{kernels_only['gpu_per_run_us']:.2f} us",
+    )
 
     header = ("metric", "value", "target", "result")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]

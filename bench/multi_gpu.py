@@ -283,7 +283,7 @@ def main(argv=None) -> int:
                     "TORCH_SYMM_MEM_DISABLE_MULTICAST",
                     "NVSHMEM_DISABLE_NVLS",
                 )
-            },  # fmt: skip
+            },
         }
         Path(args.json).write_text(json.dumps(data, indent=2, default=str) + "\n")
         print(f"wrote {args.json}")

@@ -571,7 +571,7 @@ def summary_rows(results: dict) -> list[tuple[str, str, str]]:
     for name, section in results.items():
         if isinstance(section, dict) and section.get("crashed"):
             rows.append((name, False, section["crashed"].splitlines()[0]))
-    return [(n, "PASS" if ok else "FAIL", text) for n, ok, text in rows]  # fmt: skip
+    return [(n, "PASS" if ok else "FAIL", text) for n, ok, text in rows]
 
 
 def print_details(name: str, section: dict) -> None:
@@ -621,8 +621,10 @@ def main() -> int:
     driver.activate(args.device)
     name = driver.device_name(args.device)
     capability = driver.compute_capability(args.device)
-    print(f"device {args.device}: {name} (compute capability {capability[0]}.{capability[1]}),"
-          f" kernel {args.kernel or 'per plan'}")
+    print(
+        f"device {args.device}: {name} (compute capability {capability[0]}.{capability[1]}),"
+        f" kernel {args.kernel or 'per plan'}"
+    )
     sections = {
         "a": ("bad_inputs", lambda: section_bad_inputs(args.device, args.seed)),
         "b": ("concurrency", lambda: section_concurrency(args.device, launches, args.seed)),

@@ -315,7 +315,9 @@ def main():
 def _runs(cases, kernels) -> list[tuple[int, Case, str | None]]:
     """(case index, case, kernel family or None for the plan's pick): each case once per
     --kernel given (the case index seeds its inputs, so every family gets the same ones)."""
-    return [(index, case, kernel) for index, case in enumerate(cases) for kernel in kernels or [None]]
+    return [
+        (index, case, kernel) for index, case in enumerate(cases) for kernel in kernels or [None]
+    ]
 
 
 @main.command()
@@ -650,7 +652,9 @@ def bench(
                         plan.run(*data[i % sets].columns)
                         driver.event_record(events[i + 1 - warmup], 0)
                     driver.event_synchronize(events[-1])
-                    times = [driver.event_elapsed_ms(a, b) * 1e3 for a, b in zip(events, events[1:])]
+                    times = [
+                        driver.event_elapsed_ms(a, b) * 1e3 for a, b in zip(events, events[1:])
+                    ]
                 finally:
                     for event in events:
                         driver.event_destroy(event)

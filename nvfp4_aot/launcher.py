@@ -149,7 +149,9 @@ class Launcher:
 
     def kernel_inputs(self, slot: int = 0) -> list[dict[str, int]]:
         """The kernel inputs of every launch for ``slot`` (for inspection)."""
-        return [self.layout.kernel_inputs(launch, self.base, slot) for launch in self.layout.launches]
+        return [
+            self.layout.kernel_inputs(launch, self.base, slot) for launch in self.layout.launches
+        ]
 
     # running ----------------------------------------------------------------------------
 

@@ -61,7 +61,6 @@ def _as_uint8(array, name: str) -> np.ndarray:
     return array
 
 
-
 # FP4 E2M1 ---------------------------------------------------------------------------
 
 
@@ -82,9 +81,7 @@ def pack_fp4(codes) -> np.ndarray:
     """
     codes = _as_uint8(codes, "codes")
     if codes.ndim == 0 or codes.shape[-1] % 2:
-        raise ValueError(
-            f"codes must have an even last dimension, got shape {codes.shape}"
-        )
+        raise ValueError(f"codes must have an even last dimension, got shape {codes.shape}")
     if codes.size and int(codes.max()) > 15:
         raise ValueError(f"FP4 codes must be 0..15, got max {int(codes.max())}")
     return codes[..., 0::2] | (codes[..., 1::2] << 4)
@@ -247,9 +244,7 @@ def scales_to_blocked(scales) -> np.ndarray:
     """
     scales = _as_uint8(scales, "scales")
     if scales.ndim != 2 or 0 in scales.shape:
-        raise ValueError(
-            f"scales must be a non-empty 2-D array, got shape {scales.shape}"
-        )
+        raise ValueError(f"scales must be a non-empty 2-D array, got shape {scales.shape}")
     rows, cols = scales.shape
     row_tiles = ceil_div(rows, BLOCK_ROWS)
     col_tiles = ceil_div(cols, BLOCK_COLS)
@@ -286,9 +281,7 @@ def blocked_to_scales(buf, rows: int, cols: int) -> np.ndarray:
             f"blocked buffer for ({rows}, {cols}) scales must have shape "
             f"({expected},), got {buf.shape}"
         )
-    tiles = buf.reshape(row_tiles, col_tiles, 32, 4, BLOCK_COLS).transpose(
-        0, 3, 2, 1, 4
-    )
+    tiles = buf.reshape(row_tiles, col_tiles, 32, 4, BLOCK_COLS).transpose(0, 3, 2, 1, 4)
     padded = tiles.reshape(row_tiles * BLOCK_ROWS, col_tiles * BLOCK_COLS)
     return np.ascontiguousarray(padded[:rows, :cols])
 
@@ -357,9 +350,7 @@ def random_problem(
         raise ValueError(f"k must be a positive multiple of {SF_VEC_SIZE}, got {k}")
     low, high = scale_range
     if not 0 < low <= high <= E4M3_MAX:
-        raise ValueError(
-            f"scale_range must satisfy 0 < low <= high <= 448, got {scale_range}"
-        )
+        raise ValueError(f"scale_range must satisfy 0 < low <= high <= 448, got {scale_range}")
     in_range = (_E4M3_POSITIVE >= low) & (_E4M3_POSITIVE <= high)
     scale_codes = _E4M3_FINITE_CODES[in_range].astype(np.uint8)
     if scale_codes.size == 0:
@@ -367,9 +358,7 @@ def random_problem(
 
     def operand(rows: int) -> tuple[np.ndarray, np.ndarray]:
         codes = rng.integers(0, 16, size=(rows, k), dtype=np.uint8)
-        if not (
-            codes & 0x7
-        ).any():  # all ±0: force one nonzero so the GEMM means something
+        if not (codes & 0x7).any():  # all ±0: force one nonzero so the GEMM means something
             codes[0, 0] = 2  # 1.0
         scales = rng.choice(scale_codes, size=(rows, k // SF_VEC_SIZE))
         return pack_fp4(codes), scales

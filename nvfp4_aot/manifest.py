@@ -129,7 +129,9 @@ class Workspace:
         total = persistent_blocks * self.bytes_per_block
         if self.activation_bytes_per_element:
             multiple = self.activation_k_multiple
-            elements = sum(int(s[0]) * (-(-int(s[2]) // multiple) * multiple) for s in problem_sizes)
+            elements = sum(
+                int(s[0]) * (-(-int(s[2]) // multiple) * multiple) for s in problem_sizes
+            )
             total += elements * self.activation_bytes_per_element
         return total
 
@@ -228,7 +230,13 @@ def _build(cls, raw: Any, where: str):
 _DATACLASSES = {
     c.__name__: c
     for c in (
-        InputSlot, KernelParam, GridDim, LaunchAttribute, FunctionAttribute, Workspace, Variant
+        InputSlot,
+        KernelParam,
+        GridDim,
+        LaunchAttribute,
+        FunctionAttribute,
+        Workspace,
+        Variant,
     )
 }
 

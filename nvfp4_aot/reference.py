@@ -40,8 +40,7 @@ def dequantize(packed, scales) -> np.ndarray:
     scales = np.asarray(scales)
     if packed.ndim != 2 or scales.ndim != 2:
         raise ValueError(
-            f"packed and scales must be 2-D, got shapes {packed.shape} and "
-            f"{scales.shape}"
+            f"packed and scales must be 2-D, got shapes {packed.shape} and {scales.shape}"
         )
     rows, k = packed.shape[0], packed.shape[1] * 2
     if k % SF_VEC_SIZE or scales.shape != (rows, k // SF_VEC_SIZE):

@@ -179,7 +179,6 @@ def operand_bytes(m: int, n: int, k: int) -> dict[str, int]:
     }
 
 
-
 def check_outputs_disjoint(pointers, sizes, count: int) -> None:
     """No group's C overlaps another group's C or any operand of any group.
 
@@ -201,9 +200,7 @@ def check_outputs_disjoint(pointers, sizes, count: int) -> None:
     else:
         return
     j = next(
-        j
-        for j in order[:position]
-        if pointers[j] + sizes[j] > start and (is_c or j // count == 2)
+        j for j in order[:position] if pointers[j] + sizes[j] > start and (is_c or j // count == 2)
     )
     (gi, fi), (gj, fj) = divmod(index, count)[::-1], divmod(j, count)[::-1]
     if fi == 2 and fj == 2:

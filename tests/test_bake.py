@@ -145,9 +145,7 @@ def bake_from_session(bake, monkeypatch):
 
 def test_check_passes_on_committed_artifacts(bake_from_session):
     """``--check`` rebakes every variant the manifest names and finds no difference."""
-    result = CliRunner().invoke(
-        build_kernels.main, ["--check", "--quiet", "--out", str(ARTIFACTS)]
-    )
+    result = CliRunner().invoke(build_kernels.main, ["--check", "--quiet", "--out", str(ARTIFACTS)])
     assert result.exit_code == 0, result.output
     assert "a fresh build reproduces" in result.output
     assert sorted(bake_from_session) == sorted(VARIANTS)
@@ -172,7 +170,11 @@ def test_compare_names_every_difference(tmp_path):
     cubin = bytearray((copy / victim.cubin).read_bytes())
     cubin[100] ^= 0xFF
     (copy / victim.cubin).write_bytes(bytes(cubin))
-    text = (copy / "manifest.json").read_text().replace('"dynamic_smem_bytes": ', '"dynamic_smem_bytes": 1', 1)
+    text = (
+        (copy / "manifest.json")
+        .read_text()
+        .replace('"dynamic_smem_bytes": ', '"dynamic_smem_bytes": 1', 1)
+    )
     (copy / "manifest.json").write_text(text)
     problems = compare_artifacts(copy, ARTIFACTS)
     assert any(f"cubin file {victim.cubin} differs" in p for p in problems)
@@ -218,7 +220,9 @@ def test_unwritable_output_leaves_nothing(tmp_path):
 def test_compiler_failure_is_reported_and_writes_nothing(monkeypatch, tmp_path):
     from nvfp4_aot import kernels
 
-    broken = kernels.KernelFamily("sm100_nvfp4_grouped_gemm", "nvfp4_aot.kernels.no_such_kernel", ("sm_100a",))
+    broken = kernels.KernelFamily(
+        "sm100_nvfp4_grouped_gemm", "nvfp4_aot.kernels.no_such_kernel", ("sm_100a",)
+    )
     monkeypatch.setattr(kernels, "FAMILIES", (broken,))
     out = tmp_path / "artifacts"
     result = CliRunner().invoke(
@@ -294,12 +298,17 @@ def test_trial_count_is_checked():
 
 def test_slots_hold_their_input_in_every_trial():
     def host(inputs, poison):
-        return inputs["tensormap_workspace"].to_bytes(8, "little") + _int32(
-            inputs["persistent_blocks"]
-        ) + bytes([poison] * 4)
+        return (
+            inputs["tensormap_workspace"].to_bytes(8, "little")
+            + _int32(inputs["persistent_blocks"])
+            + bytes([poison] * 4)
+        )
 
     param = _classify(_runs(host))
-    assert param.slots == (InputSlot("tensormap_workspace", 0, 8), InputSlot("persistent_blocks", 8, 4))
+    assert param.slots == (
+        InputSlot("tensormap_workspace", 0, 8),
+        InputSlot("persistent_blocks", 8, 4),
+    )
     assert param.padding == ((12, 16),)
 
 

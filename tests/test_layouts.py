@@ -57,9 +57,7 @@ def test_float_to_fp4_round_trip():
 def test_float_to_fp4_rejects(bad):
     with pytest.raises(
         ValueError,
-        match=re.escape(
-            f"value {bad!r} at index (1,) is not exactly representable in FP4"
-        ),
+        match=re.escape(f"value {bad!r} at index (1,) is not exactly representable in FP4"),
     ):
         float_to_fp4_codes([1.0, bad, 3.3])
 
@@ -77,9 +75,7 @@ def test_fp4_errors():
 
 
 def test_e4m3_hand_values():
-    codes = np.array(
-        [0x38, 0x7E, 0x01, 0x08, 0x00, 0x80, 0xB8, 0x3C, 0x07], dtype=np.uint8
-    )
+    codes = np.array([0x38, 0x7E, 0x01, 0x08, 0x00, 0x80, 0xB8, 0x3C, 0x07], dtype=np.uint8)
     expected = [1.0, 448.0, 2.0**-9, 2.0**-6, 0.0, -0.0, -1.0, 1.5, 7 * 2.0**-9]
     assert e4m3_to_float(codes).tolist() == expected
     assert np.isnan(e4m3_to_float(np.array([0x7F, 0xFF], dtype=np.uint8))).all()
@@ -102,9 +98,7 @@ def test_float_to_e4m3_round_trip():
 def test_float_to_e4m3_rejects(bad):
     with pytest.raises(
         ValueError,
-        match=re.escape(
-            f"value {bad!r} at index (1,) is not exactly representable in FP8 E4M3"
-        ),
+        match=re.escape(f"value {bad!r} at index (1,) is not exactly representable in FP8 E4M3"),
     ):
         float_to_e4m3([2.0, bad])
 
@@ -169,9 +163,7 @@ def test_blocked_offsets_match_cutlass_dsl_printout():
     assert blocked_scale_bytes(200, 160) == 3072
 
 
-@pytest.mark.parametrize(
-    "rows, cols", [(128, 4), (256, 8), (200, 10), (1, 1), (300, 3), (129, 7)]
-)
+@pytest.mark.parametrize("rows, cols", [(128, 4), (256, 8), (200, 10), (1, 1), (300, 3), (129, 7)])
 def test_blocked_matches_independent_formulations(rows, cols):
     rng = np.random.default_rng(rows * 100 + cols)
     scales = rng.integers(1, 256, size=(rows, cols), dtype=np.uint8)
@@ -180,9 +172,7 @@ def test_blocked_matches_independent_formulations(rows, cols):
     assert buf.size == blocked_scale_bytes(rows, cols * 16)
     r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
     np.testing.assert_array_equal(buf[blocked_offset(r, c, cols)], scales)
-    np.testing.assert_array_equal(
-        cute_sf_offset(r, c, rows, cols), blocked_offset(r, c, cols)
-    )
+    np.testing.assert_array_equal(cute_sf_offset(r, c, rows, cols), blocked_offset(r, c, cols))
     # everything not covered by a real scale is zero padding
     covered = np.zeros(buf.size, dtype=bool)
     covered[blocked_offset(r, c, cols)] = True

@@ -238,7 +238,9 @@ def test_each_device_loads_its_library_once_in_its_own_context(two_gpus, artifac
         # every plan allocated with its own device's context current
         for p in (p0, p1, q0, q1):
             assert fake.allocation_context[p._launcher._resources.device_ptr] == ctx(p.device)
-            events = {e.ident for e in p._launcher._resources.events + [p._launcher._resources.sync_event]}
+            events = {
+                e.ident for e in p._launcher._resources.events + [p._launcher._resources.sync_event]
+            }
             created = {d: c for c, d in fake.of("cuEventCreate")}
             assert {created[e] for e in events} == {ctx(p.device)}
             static_copies = [c for c, dst in fake.of("cuMemcpyHtoD") if dst in plan_range(p)]

@@ -91,16 +91,12 @@ def test_fp16_rounding_is_within_tolerance():
 def test_relative_error():
     ref = np.array([[3.0, 4.0]])
     assert relative_error(ref, ref) == 0.0
-    assert relative_error(
-        np.array([[3.0, 4.5]], dtype=np.float16), ref
-    ) == pytest.approx(0.1)
+    assert relative_error(np.array([[3.0, 4.5]], dtype=np.float16), ref) == pytest.approx(0.1)
     assert relative_error(np.array([[np.nan, 4.0]]), ref) == math.inf
     assert relative_error(np.array([[np.inf, 4.0]], dtype=np.float16), ref) == math.inf
     assert relative_error(np.zeros((1, 2)), np.zeros((1, 2))) == 0.0
     assert relative_error(np.ones((1, 2)), np.zeros((1, 2))) == math.inf
-    with pytest.raises(
-        ValueError, match=r"out has shape \(2,\), reference has shape \(1, 2\)"
-    ):
+    with pytest.raises(ValueError, match=r"out has shape \(2,\), reference has shape \(1, 2\)"):
         relative_error(np.zeros(2), ref)
 
 

@@ -86,7 +86,12 @@ def compile_variant(family_name: str, arch: str, num_groups: int, workdir: Path)
         prefix=prefix,
     )
     return CompiledVariant(
-        family.name, arch, num_groups, exported, tuple(result["tile_mnk"]), result["compile_seconds"]
+        family.name,
+        arch,
+        num_groups,
+        exported,
+        tuple(result["tile_mnk"]),
+        result["compile_seconds"],
     )
 
 

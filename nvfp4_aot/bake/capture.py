@@ -399,7 +399,9 @@ def capture_launch(
     # order and overlap are checked here; the runtime checks cuFuncGetParamInfo.
     for prev, rec in zip(records, records[1:]):
         if rec.offset < prev.offset + prev.size:
-            raise CaptureError(f"kernel parameters {prev.ordinal} and {rec.ordinal} overlap in .nv.info")
+            raise CaptureError(
+                f"kernel parameters {prev.ordinal} and {rec.ordinal} overlap in .nv.info"
+            )
 
     library = link_recorder(exported, workdir)
     sizes = [p.size for p in records]

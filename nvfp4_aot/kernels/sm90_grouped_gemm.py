@@ -291,9 +291,7 @@ def kernel(
 
     # Decoded activation buffers: S<3,4,3> (byte-address 128B swizzle) o (8,64) atoms.
     a_dec_layout = cute.tile_to_shape(
-        warpgroup.make_smem_layout_atom(
-            warpgroup.SmemLayoutAtomKind.K_SW128, cutlass.Float16
-        ),
+        warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW128, cutlass.Float16),
         (TILE_M, TILE_K, NUM_DEC_BUFFERS),
         order=(0, 1, 2),
     )
@@ -308,9 +306,7 @@ def kernel(
         barrier_storage=storage.ab_mbar_ptr.data_ptr(),
         num_stages=NUM_STAGES,
         producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-        consumer_group=pipeline.CooperativeGroup(
-            pipeline.Agent.Thread, NUM_CONSUMER_WARPS
-        ),
+        consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, NUM_CONSUMER_WARPS),
         tx_count=_TMA_BYTES_PER_STAGE,
         cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
     )
@@ -353,8 +349,12 @@ def kernel(
         )
         tensormap_manager.init_tensormap_from_atom(tma_atom_a, tensormap_a_gmem_ptr, PRODUCER_WARP)
         tensormap_manager.init_tensormap_from_atom(tma_atom_b, tensormap_b_gmem_ptr, PRODUCER_WARP)
-        tensormap_manager.init_tensormap_from_atom(tma_atom_sfa, tensormap_sfa_gmem_ptr, PRODUCER_WARP)
-        tensormap_manager.init_tensormap_from_atom(tma_atom_sfb, tensormap_sfb_gmem_ptr, PRODUCER_WARP)
+        tensormap_manager.init_tensormap_from_atom(
+            tma_atom_sfa, tensormap_sfa_gmem_ptr, PRODUCER_WARP
+        )
+        tensormap_manager.init_tensormap_from_atom(
+            tma_atom_sfb, tensormap_sfb_gmem_ptr, PRODUCER_WARP
+        )
         tensormap_manager.fence_tensormap_initialization()
 
         producer_state = pipeline.make_pipeline_state(
@@ -406,14 +406,34 @@ def kernel(
                     ab_pipeline.producer_acquire(producer_state)
                     bar = ab_pipeline.producer_get_barrier(producer_state)
                     stage = producer_state.index
-                    cute.copy(tma_atom_a, tAgA_tile[(None, k_tile)], tAsA[(None, stage)],
-                              tma_bar_ptr=bar, tma_desc_ptr=desc_a)
-                    cute.copy(tma_atom_b, tBgB_tile[(None, k_tile)], tBsB[(None, stage)],
-                              tma_bar_ptr=bar, tma_desc_ptr=desc_b)
-                    cute.copy(tma_atom_sfa, tAgSFA_tile[(None, k_tile)], tAsSFA[(None, stage)],
-                              tma_bar_ptr=bar, tma_desc_ptr=desc_sfa)
-                    cute.copy(tma_atom_sfb, tBgSFB_tile[(None, k_tile)], tBsSFB[(None, stage)],
-                              tma_bar_ptr=bar, tma_desc_ptr=desc_sfb)
+                    cute.copy(
+                        tma_atom_a,
+                        tAgA_tile[(None, k_tile)],
+                        tAsA[(None, stage)],
+                        tma_bar_ptr=bar,
+                        tma_desc_ptr=desc_a,
+                    )
+                    cute.copy(
+                        tma_atom_b,
+                        tBgB_tile[(None, k_tile)],
+                        tBsB[(None, stage)],
+                        tma_bar_ptr=bar,
+                        tma_desc_ptr=desc_b,
+                    )
+                    cute.copy(
+                        tma_atom_sfa,
+                        tAgSFA_tile[(None, k_tile)],
+                        tAsSFA[(None, stage)],
+                        tma_bar_ptr=bar,
+                        tma_desc_ptr=desc_sfa,
+                    )
+                    cute.copy(
+                        tma_atom_sfb,
+                        tBgSFB_tile[(None, k_tile)],
+                        tBsSFB[(None, stage)],
+                        tma_bar_ptr=bar,
+                        tma_desc_ptr=desc_sfb,
+                    )
                     ab_pipeline.producer_commit(producer_state)
                     producer_state.advance()
                 tile_idx += 1
@@ -478,7 +498,8 @@ def kernel(
                 _decode_act(
                     a_raw_base + consumer_state.index * _A_RAW_BYTES + a_raw_off,
                     sfa_base + consumer_state.index * SF_BYTES + a_sf_off,
-                    a_dec_base + a_dec_row_off, a_rr,
+                    a_dec_base + a_dec_row_off,
+                    a_rr,
                 )
                 # Raw weights are loaded one K tile ahead (here K tile 0), so
                 # the LDS latency is off the decode's critical path.
@@ -511,7 +532,8 @@ def kernel(
                                 _decode_act(
                                     a_raw_base + nstage * _A_RAW_BYTES + a_raw_off,
                                     sfa_base + nstage * SF_BYTES + a_sf_off,
-                                    a_dec_base + ((q + 1) % NUM_DEC_BUFFERS) * (DEC_ELEMS_A * 2)
+                                    a_dec_base
+                                    + ((q + 1) % NUM_DEC_BUFFERS) * (DEC_ELEMS_A * 2)
                                     + a_dec_row_off,
                                     a_rr,
                                 )
@@ -569,9 +591,13 @@ def grouped_gemm_host(
     """Launch the Hopper NVFP4 grouped GEMM (same ABI shape as the sm_100a kernel)."""
     kernel(
         *host_operands(
-            ptr_of_tensor_of_problem_sizes, ptr_of_tensor_of_abc_ptrs,
-            ptr_of_tensor_of_sfasfb_ptrs, ptr_of_tensor_of_cta_prefix,
-            ptr_of_tensor_of_tensormap, persistent_blocks, num_groups,
+            ptr_of_tensor_of_problem_sizes,
+            ptr_of_tensor_of_abc_ptrs,
+            ptr_of_tensor_of_sfasfb_ptrs,
+            ptr_of_tensor_of_cta_prefix,
+            ptr_of_tensor_of_tensormap,
+            persistent_blocks,
+            num_groups,
         ),
         num_groups,
     ).launch(

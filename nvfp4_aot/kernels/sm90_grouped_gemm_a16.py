@@ -119,11 +119,24 @@ def ldg_b32(addr: cutlass.Int64, *, loc=None, ip=None) -> cutlass.Int32:
 
 
 @dsl_user_op
-def stg_v4(addr: cutlass.Int64, v0: cutlass.Int32, v1: cutlass.Int32, v2: cutlass.Int32,
-           v3: cutlass.Int32, *, loc=None, ip=None) -> None:
+def stg_v4(
+    addr: cutlass.Int64,
+    v0: cutlass.Int32,
+    v1: cutlass.Int32,
+    v2: cutlass.Int32,
+    v3: cutlass.Int32,
+    *,
+    loc=None,
+    ip=None,
+) -> None:
     """16-byte global store."""
-    asm("st.global.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r",
-         [_i64(addr, loc, ip)] + [ir_i32(v, loc, ip) for v in (v0, v1, v2, v3)], loc, ip)
+    asm(
+        "st.global.v4.b32 [$0], {$1, $2, $3, $4};",
+        "l,r,r,r,r",
+        [_i64(addr, loc, ip)] + [ir_i32(v, loc, ip) for v in (v0, v1, v2, v3)],
+        loc,
+        ip,
+    )
 
 
 @dsl_user_op
@@ -171,13 +184,24 @@ def tmap_set_f16_sw128(desc: cutlass.Int64, *, loc=None, ip=None) -> None:
     asm(
         "tensormap.replace.tile.elemtype.global.b1024.b32 [$0], 6;\n"
         "tensormap.replace.tile.swizzle_mode.global.b1024.b32 [$0], 3;",
-        "l", [_i64(desc, loc, ip)], loc, ip,
+        "l",
+        [_i64(desc, loc, ip)],
+        loc,
+        ip,
     )
 
 
 @dsl_user_op
-def tmap_update_2d(desc: cutlass.Int64, addr: cutlass.Int64, dim0: cutlass.Int32,
-                   dim1: cutlass.Int32, stride_bytes: cutlass.Int64, *, loc=None, ip=None):
+def tmap_update_2d(
+    desc: cutlass.Int64,
+    addr: cutlass.Int64,
+    dim0: cutlass.Int32,
+    dim1: cutlass.Int32,
+    stride_bytes: cutlass.Int64,
+    *,
+    loc=None,
+    ip=None,
+):
     """Address, extents and row pitch of a rank-2 descriptor in global memory."""
     asm(
         "tensormap.replace.tile.global_address.global.b1024.b64 [$0], $1;\n"
@@ -185,9 +209,15 @@ def tmap_update_2d(desc: cutlass.Int64, addr: cutlass.Int64, dim0: cutlass.Int32
         "tensormap.replace.tile.global_dim.global.b1024.b32 [$0], 1, $3;\n"
         "tensormap.replace.tile.global_stride.global.b1024.b64 [$0], 0, $4;",
         "l,l,r,r,l",
-        [_i64(desc, loc, ip), _i64(addr, loc, ip), ir_i32(dim0, loc, ip), ir_i32(dim1, loc, ip),
-         _i64(stride_bytes, loc, ip)],
-        loc, ip,
+        [
+            _i64(desc, loc, ip),
+            _i64(addr, loc, ip),
+            ir_i32(dim0, loc, ip),
+            ir_i32(dim1, loc, ip),
+            _i64(stride_bytes, loc, ip),
+        ],
+        loc,
+        ip,
     )
 
 
@@ -198,21 +228,36 @@ def fence_tmap_release(*, loc=None, ip=None) -> None:
 
 @dsl_user_op
 def fence_tmap_acquire(desc: cutlass.Int64, *, loc=None, ip=None) -> None:
-    asm("fence.proxy.tensormap::generic.acquire.gpu [$0], 128;", "l",
-         [_i64(desc, loc, ip)], loc, ip)
+    asm(
+        "fence.proxy.tensormap::generic.acquire.gpu [$0], 128;", "l", [_i64(desc, loc, ip)], loc, ip
+    )
 
 
 @dsl_user_op
-def tma_load_2d(dst: cutlass.Int32, desc: cutlass.Int64, c0: cutlass.Int32, c1: cutlass.Int32,
-                mbar: cutlass.Int32, *, loc=None, ip=None) -> None:
+def tma_load_2d(
+    dst: cutlass.Int32,
+    desc: cutlass.Int64,
+    c0: cutlass.Int32,
+    c1: cutlass.Int32,
+    mbar: cutlass.Int32,
+    *,
+    loc=None,
+    ip=None,
+) -> None:
     """One 2-D TMA box (inner coordinate c0, outer c1) into shared memory at dst."""
     asm(
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
         " [$0], [$1, {$2, $3}], [$4];",
         "r,l,r,r,r",
-        [ir_i32(dst, loc, ip), _i64(desc, loc, ip), ir_i32(c0, loc, ip), ir_i32(c1, loc, ip),
-         ir_i32(mbar, loc, ip)],
-        loc, ip,
+        [
+            ir_i32(dst, loc, ip),
+            _i64(desc, loc, ip),
+            ir_i32(c0, loc, ip),
+            ir_i32(c1, loc, ip),
+            ir_i32(mbar, loc, ip),
+        ],
+        loc,
+        ip,
     )
 
 
@@ -315,8 +360,11 @@ def _decode_activations(
             kt = rest % kt_cnt
             row = rest // kt_cnt
             kvalid = k - kt * TILE_K
-            src = (s_a[g] + cutlass.Int64(row) * cutlass.Int64(k // 2)
-                   + cutlass.Int64(kt * TILE_KB + 4 * w))
+            src = (
+                s_a[g]
+                + cutlass.Int64(row) * cutlass.Int64(k // 2)
+                + cutlass.Int64(kt * TILE_KB + 4 * w)
+            )
             words = []
             for c in cutlass.range_constexpr(4):
                 word = cutlass.Int32(0)
@@ -327,9 +375,7 @@ def _decode_activations(
             # consumers; the word holds the scale bytes of 4 K groups.
             k_atoms = (k + 63) // 64
             atom = (row // 128) * k_atoms + 2 * kt
-            sf_src = s_sfa[g] + cutlass.Int64(
-                atom * 512 + (row % 32) * 16 + ((row // 32) % 4) * 4
-            )
+            sf_src = s_sfa[g] + cutlass.Int64(atom * 512 + (row % 32) * 16 + ((row // 32) % 4) * 4)
             s0 = cutlass.Int32(0)
             s1 = cutlass.Int32(0)
             if valid:
@@ -472,8 +518,14 @@ def kernel(
     # into the FP16 scratch, then a grid barrier.
     #
     _stage_groups(
-        tensor_of_problem_sizes, tensor_of_abc_ptrs, tensor_of_sfasfb_ptrs, tensor_of_cta_prefix,
-        groups, tiles, tidx, num_groups,
+        tensor_of_problem_sizes,
+        tensor_of_abc_ptrs,
+        tensor_of_sfasfb_ptrs,
+        tensor_of_cta_prefix,
+        groups,
+        tiles,
+        tidx,
+        num_groups,
     )
     _decode_activations(groups, a16_base, bidx * THREADS + tidx, grid_dim_x * THREADS, num_groups)
     fence_proxy_async_global()
@@ -504,12 +556,20 @@ def kernel(
             tensormaps[(bidx, 3, None)].iterator
         )
         tensormap_a16_gmem_ptr = tensormap_manager.get_tensormap_ptr(
-            cute.make_ptr(cutlass.Int64, a16_desc_addr, cute.AddressSpace.gmem,
-                          assumed_align=BYTES_PER_TENSORMAP)
+            cute.make_ptr(
+                cutlass.Int64,
+                a16_desc_addr,
+                cute.AddressSpace.gmem,
+                assumed_align=BYTES_PER_TENSORMAP,
+            )
         )
         tensormap_manager.init_tensormap_from_atom(tma_atom_b, tensormap_b_gmem_ptr, PRODUCER_WARP)
-        tensormap_manager.init_tensormap_from_atom(tma_atom_sfb, tensormap_sfb_gmem_ptr, PRODUCER_WARP)
-        tensormap_manager.init_tensormap_from_atom(tma_atom_a, tensormap_a16_gmem_ptr, PRODUCER_WARP)
+        tensormap_manager.init_tensormap_from_atom(
+            tma_atom_sfb, tensormap_sfb_gmem_ptr, PRODUCER_WARP
+        )
+        tensormap_manager.init_tensormap_from_atom(
+            tma_atom_a, tensormap_a16_gmem_ptr, PRODUCER_WARP
+        )
         tensormap_manager.fence_tensormap_initialization()
         with cute.arch.elect_one():
             tmap_set_f16_sw128(a16_desc_addr)
@@ -539,7 +599,10 @@ def kernel(
                     a16_group = a16_base + cutlass.Int64(s_task_prefix[group_idx]) * 64
                     with cute.arch.elect_one():
                         tmap_update_2d(
-                            a16_desc_addr, a16_group, k_tile_cnt * TILE_K, m,
+                            a16_desc_addr,
+                            a16_group,
+                            k_tile_cnt * TILE_K,
+                            m,
                             cutlass.Int64(k_tile_cnt * (TILE_K * 2)),
                         )
                         fence_tmap_release()
@@ -566,12 +629,23 @@ def kernel(
                         dst = a16_smem_base + stage * _A16_STAGE_BYTES
                         mbar = full_bar_base + stage * 8
                         tma_load_2d(dst, a16_desc_addr, k_tile * TILE_K, row0, mbar)
-                        tma_load_2d(dst + TILE_M * 128, a16_desc_addr, k_tile * TILE_K + 64,
-                                    row0, mbar)
-                    cute.copy(tma_atom_b, tBgB_tile[(None, k_tile)], tBsB[(None, stage)],
-                              tma_bar_ptr=bar, tma_desc_ptr=desc_b)
-                    cute.copy(tma_atom_sfb, tBgSFB_tile[(None, k_tile)], tBsSFB[(None, stage)],
-                              tma_bar_ptr=bar, tma_desc_ptr=desc_sfb)
+                        tma_load_2d(
+                            dst + TILE_M * 128, a16_desc_addr, k_tile * TILE_K + 64, row0, mbar
+                        )
+                    cute.copy(
+                        tma_atom_b,
+                        tBgB_tile[(None, k_tile)],
+                        tBsB[(None, stage)],
+                        tma_bar_ptr=bar,
+                        tma_desc_ptr=desc_b,
+                    )
+                    cute.copy(
+                        tma_atom_sfb,
+                        tBgSFB_tile[(None, k_tile)],
+                        tBsSFB[(None, stage)],
+                        tma_bar_ptr=bar,
+                        tma_desc_ptr=desc_sfb,
+                    )
                     ab_pipeline.producer_commit(producer_state)
                     producer_state.advance()
                 tile_idx += 1
@@ -671,9 +745,13 @@ def grouped_gemm_host(
     """Launch (cooperatively: phase 1 ends in a grid barrier); same ABI as the others."""
     kernel(
         *host_operands(
-            ptr_of_tensor_of_problem_sizes, ptr_of_tensor_of_abc_ptrs,
-            ptr_of_tensor_of_sfasfb_ptrs, ptr_of_tensor_of_cta_prefix,
-            ptr_of_tensor_of_tensormap, persistent_blocks, num_groups,
+            ptr_of_tensor_of_problem_sizes,
+            ptr_of_tensor_of_abc_ptrs,
+            ptr_of_tensor_of_sfasfb_ptrs,
+            ptr_of_tensor_of_cta_prefix,
+            ptr_of_tensor_of_tensormap,
+            persistent_blocks,
+            num_groups,
         ),
         num_groups,
     ).launch(
