@@ -187,7 +187,7 @@ def test_rotating_operand_sets_launch_from_resident_tables(device):
                 for _problems, operands in sets:
                     operands.poison_c(stream=int(stream))
                     gemm.run(*operands.columns, stream=int(stream))
-            resident = sum(table is not None for table in gemm._slot_table)
+            resident = sum(table is not None for table in gemm._launcher._slot_table)
             gemm.synchronize()
         assert resident == 3  # one table per set, each uploaded once
         for i, (problems, operands) in enumerate(sets):
