@@ -135,7 +135,7 @@ def main(archs, groups, out: Path, check: bool, quiet: bool):
                 (family.name, arch, g)
                 for arch in archs
                 for family in families_for_arch(arch)
-                for g in groups
+                for g in family.groups or groups
             ]
         if not check:
             _check_writable(out)  # before minutes of compiling, not after

@@ -17,6 +17,7 @@ _EXPORTS = {
     "get_plan": "plan",
     "grouped_gemm": "plan",
     "clear_plan_cache": "plan",
+    "MoeGemmPlan": "moe",
     "ArtifactError": "errors",
     "CudaError": "errors",
     "InvalidProblemError": "errors",

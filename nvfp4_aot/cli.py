@@ -452,7 +452,7 @@ def _gpus(manifest) -> tuple[dict, list[dict]]:
         smem = driver.device_attribute(driver.ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, ordinal)
         names, reason = [], None
         try:
-            found = loader.variants_for(manifest, capability)
+            found = loader.variants_for(manifest, capability, role=None)
         except (UnsupportedDeviceError, Nvfp4Error) as exc:
             found, reason = [], str(exc)
         for v in found:

@@ -164,9 +164,10 @@ class LaunchLayout:
     def slot_offset(self, slot: int) -> int:
         return self.ring_offset + slot * self.slot_bytes
 
-    def static_tables(self) -> bytearray:
+    def static_tables(self, base: int = 0) -> bytearray:
         """The bytes before the workspace: every sub-launch's problem sizes (padding
-        groups (0, 0, 0, 0)) and CTA prefix, uploaded once."""
+        groups (0, 0, 0, 0)) and CTA prefix, uploaded once (they hold no addresses, so
+        ``base`` does not matter)."""
         image = bytearray(self.workspace_offset)
         for launch in self.launches:
             padded = [self.problem_sizes[i] for i in launch.groups]

@@ -29,8 +29,8 @@ eager runs; the captured copy reads the graph slot's pinned staging at each repl
 which :meth:`Launcher.stage_graph` rewrites between replays.
 
 The layout protocol: ``ring_slots``, ``slots`` (ring + graph), ``graph_slot``,
-``slot_bytes``, ``device_bytes``, ``slot_offset(slot)``, ``static_tables()`` (the bytes
-at offset 0), ``zero_once()`` (``(offset, bytes)`` regions zeroed before any launch),
+``slot_bytes``, ``device_bytes``, ``slot_offset(slot)``, ``static_tables(base)`` (the
+bytes at offset 0 of the buffer at ``base``), ``zero_once()`` (``(offset, bytes)`` regions zeroed before any launch),
 ``launches`` (each with a ``grid``) and ``kernel_inputs(launch, base, slot)``.
 """
 
@@ -97,7 +97,7 @@ class Launcher:
             memoryview((ctypes.c_char * layout.slot_bytes).from_address(address)).cast("B")
             for address in self._staging_addresses
         )
-        static = layout.static_tables()
+        static = layout.static_tables(res.device_ptr)
         if static:
             image = (ctypes.c_char * len(static)).from_buffer(static)
             driver.memcpy_htod(res.device_ptr, ctypes.addressof(image), len(static))

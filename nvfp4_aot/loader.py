@@ -26,7 +26,7 @@ from pathlib import Path
 from . import driver
 from .cubin import cubin_sm
 from .errors import ArtifactError, CudaError, UnsupportedDeviceError
-from .manifest import Manifest, Variant, read_manifest
+from .manifest import ROLE_GEMM, Manifest, Variant, read_manifest
 from .packing import ParamPacker
 from .paths import artifacts_dir
 
@@ -77,9 +77,13 @@ def baked_archs(manifest: Manifest) -> str:
 
 
 def variants_for(
-    manifest: Manifest, capability: tuple[int, int], device: int | None = None
+    manifest: Manifest,
+    capability: tuple[int, int],
+    device: int | None = None,
+    role: str | None = ROLE_GEMM,
 ) -> list[Variant]:
-    """Variants that run on ``capability``, by family, fewest groups first.
+    """Variants of ``role`` (None: any) that run on ``capability``, by family, fewest
+    groups first.
 
     Raises
     ------
@@ -87,7 +91,11 @@ def variants_for(
         Naming the capability, the device ordinal (where given) and every baked arch.
     """
     capability = tuple(capability)
-    found = [v for v in manifest.variants if tuple(v.compute_capability) == capability]
+    found = [
+        v
+        for v in manifest.variants
+        if tuple(v.compute_capability) == capability and role in (None, v.role)
+    ]
     if not found:
         where = "" if device is None else f"device {device}: "
         raise UnsupportedDeviceError(

@@ -20,8 +20,9 @@ from .errors import ArtifactError
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 
-# The inputs of every kernel family's host launcher, in call order. Pointer inputs are
+# The inputs of a kernel family's host launcher, in call order. Pointer inputs are
 # 8 bytes, int32 inputs 4 bytes (little endian), exactly as the DSL host code takes them.
+# The grouped GEMM families all take these:
 INPUT_KINDS: dict[str, str] = {
     "problem_sizes": "pointer",  # int32 [G, 4] rows (m, n, k, l)
     "abc_pointers": "pointer",  # int64 [G, 3] (A, B, C) device addresses
@@ -32,6 +33,15 @@ INPUT_KINDS: dict[str, str] = {
     "persistent_blocks": "int32",
 }
 INPUT_NAMES = tuple(INPUT_KINDS)
+# The MoE routing setup (nvfp4_aot/kernels/moe_routing.py, nvfp4_aot/moe.py):
+ROUTING_INPUT_KINDS: dict[str, str] = {
+    "plan": "pointer",  # int64 words written once per plan: sizes, strides, chunk tables
+    "run": "pointer",  # int64 words per run: the routing array and the operands' bases
+    "num_chunks": "int32",  # one CTA per chunk of at most G experts
+}
+ROLE_GEMM = "grouped_gemm"
+ROLE_ROUTING = "moe_routing"
+ROLE_INPUTS = {ROLE_GEMM: INPUT_KINDS, ROLE_ROUTING: ROUTING_INPUT_KINDS}
 INPUT_SIZES = {"pointer": 8, "int32": 4}
 
 
@@ -160,6 +170,16 @@ class Variant:
     function_attributes: tuple[FunctionAttribute, ...]
     registers: int | None = None
     workspace: Workspace = Workspace()
+    role: str = ROLE_GEMM  # what the kernel does: a key of ROLE_INPUTS
+
+    def __post_init__(self):
+        if self.role not in ROLE_INPUTS:
+            raise ValueError(f"role must be one of {sorted(ROLE_INPUTS)}, got {self.role!r}")
+
+    @property
+    def input_kinds(self) -> dict[str, str]:
+        """The host launcher's inputs, in call order, with their kinds."""
+        return ROLE_INPUTS[self.role]
 
     def slots_for(self, input_name: str) -> list[tuple[int, int]]:
         """Absolute (offset, size) of every place in the parameter buffer input goes."""

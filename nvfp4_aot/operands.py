@@ -12,7 +12,8 @@ An operand is one of
   The capsule is not consumed: its own destructor frees it, while the producer's object
   keeps the memory alive.
 
-Dtypes are reduced to short codes: ``u1`` (uint8), ``i1`` (int8), ``f2`` (float16),
+Dtypes are reduced to short codes: ``u1`` (uint8), ``i1`` (int8), ``i4`` (int32),
+``f2`` (float16), ``bf16`` (bfloat16),
 ``e4m3`` (float8_e4m3fn), ``e2m1x2`` (two FP4 values per byte), ``e2m1`` (one FP4 value
 per element, two per byte in memory) and ``v1`` (an opaque 1-byte type, e.g. an
 ml_dtypes float8 in a ``|V1`` typestr).
@@ -34,12 +35,14 @@ _DLPACK_DTYPES = {
     (1, 8, 1): "u1",
     (0, 8, 1): "i1",
     (2, 16, 1): "f2",
+    (0, 32, 1): "i4",  # int32: MoE routing counts and offsets
+    (4, 16, 1): "bf16",  # kDLBfloat
     (10, 8, 1): "e4m3",  # kDLFloat8_e4m3fn
     (17, 4, 2): "e2m1x2",  # kDLFloat4_e2m1fn, two lanes in a byte
     (17, 4, 1): "e2m1",
 }
-_TYPESTRS = {"u1": "u1", "i1": "i1", "f2": "f2", "V1": "v1"}
-_BITS = {"u1": 8, "i1": 8, "f2": 16, "e4m3": 8, "e2m1x2": 8, "e2m1": 4, "v1": 8}
+_TYPESTRS = {"u1": "u1", "i1": "i1", "f2": "f2", "V1": "v1", "i4": "i4"}
+_BITS = {"u1": 8, "i1": 8, "f2": 16, "e4m3": 8, "e2m1x2": 8, "e2m1": 4, "v1": 8, "i4": 32, "bf16": 16}
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ import struct
 from dataclasses import dataclass
 
 from .errors import InvalidProblemError
-from .manifest import INPUT_KINDS, INPUT_NAMES, Variant
+from .manifest import Variant
 
 _FORMATS = {"pointer": "<Q", "int32": "<i"}
 _LIMITS = {"pointer": (0, (1 << 64) - 1), "int32": (-(1 << 31), (1 << 31) - 1)}
@@ -38,9 +38,10 @@ class ParamPacker:
             template[param.offset : param.offset + param.size] = bytes.fromhex(param.constant_hex)
         self.template = bytes(template)
         self.offsets = tuple(p.offset for p in variant.params)
+        self._kinds = variant.input_kinds
         self._writes = tuple(
-            (name, struct.Struct(_FORMATS[INPUT_KINDS[name]]).pack_into, offset)
-            for name in INPUT_NAMES
+            (name, struct.Struct(_FORMATS[kind]).pack_into, offset)
+            for name, kind in self._kinds.items()
             for offset, _size in variant.slots_for(name)
         )
 
@@ -52,14 +53,14 @@ class ParamPacker:
 
     def pack_into(self, buffer, inputs: dict[str, int]) -> None:
         """Write the input slots of ``buffer`` (a writable buffer of param_bytes bytes)."""
-        check_inputs(inputs)
+        check_inputs(inputs, self._kinds)
         for name, write, offset in self._writes:
             write(buffer, offset, inputs[name])
 
 
-def check_inputs(inputs: dict[str, int]) -> None:
-    """Every kernel input present, an int, and within its C type's range."""
-    for name, kind in INPUT_KINDS.items():
+def check_inputs(inputs: dict[str, int], kinds: dict[str, str]) -> None:
+    """Every kernel input of ``kinds`` present, an int, and within its C type's range."""
+    for name, kind in kinds.items():
         if name not in inputs:
             raise InvalidProblemError(f"kernel input {name!r} is missing")
         value = inputs[name]

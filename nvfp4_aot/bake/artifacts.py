@@ -110,6 +110,7 @@ def describe_variant(compiled: CompiledVariant, workdir: Path, seed: int = 0) ->
         tile_mnk=compiled.tile_mnk,
         cubin=cubin_file_name(family.name, compiled.arch, compiled.num_groups),
         workspace=family.workspace,
+        role=family.role,
     )
 
 

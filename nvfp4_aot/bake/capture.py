@@ -39,8 +39,8 @@ from ..driver import (
 from ..errors import CaptureError
 from ..manifest import (
     INPUT_KINDS,
-    INPUT_NAMES,
     INPUT_SIZES,
+    ROLE_INPUTS,
     FunctionAttribute,
     GridDim,
     InputSlot,
@@ -133,22 +133,25 @@ def _embedded_cubins(address: int) -> list[bytes]:
     return fatbin_cubins(ctypes.string_at(address, fatbin_size(ctypes.string_at(address, 16))))
 
 
-def random_inputs(rng: random.Random, realistic: bool) -> dict[str, int]:
-    """A value for every input, no two alike: int32 values drawn without replacement from
-    :data:`REALISTIC_INT32` or :data:`SENTINEL_INT32`, and random 16-byte aligned pointers
-    (the alignment the DSL assumes)."""
-    int32s = [name for name, kind in INPUT_KINDS.items() if kind == "int32"]
+def random_inputs(rng: random.Random, realistic: bool, kinds: dict[str, str]) -> dict[str, int]:
+    """A value for every input of ``kinds``, in their order, no two alike: int32 values
+    drawn without replacement from :data:`REALISTIC_INT32` or :data:`SENTINEL_INT32`,
+    and random 16-byte aligned pointers (the alignment the DSL assumes)."""
+    int32s = [name for name, kind in kinds.items() if kind == "int32"]
     pool = REALISTIC_INT32 if realistic else SENTINEL_INT32
-    values = dict(zip(int32s, rng.sample(pool, len(int32s))))
-    for name in INPUT_NAMES:
+    drawn = dict(zip(int32s, rng.sample(pool, len(int32s))))
+    values: dict[str, int] = {}
+    for name in kinds:
         while name not in values:
-            pointer = rng.getrandbits(64) & ~0xF
-            if pointer not in values.values():
-                values[name] = pointer
+            value = drawn[name] if name in drawn else rng.getrandbits(64) & ~0xF
+            if value not in values.values():
+                values[name] = value
     return values
 
 
-def trials(seed: int, captures: int = DEFAULT_CAPTURES) -> list[tuple[dict[str, int], int, int]]:
+def trials(
+    seed: int, captures: int = DEFAULT_CAPTURES, kinds: dict[str, str] | None = None
+) -> list[tuple[dict[str, int], int, int]]:
     """(inputs, poison byte, opt-in shared memory answer) of every capture.
 
     The int32 inputs alternate between sentinel and realistic values, so that a slot
@@ -163,7 +166,7 @@ def trials(seed: int, captures: int = DEFAULT_CAPTURES) -> list[tuple[dict[str, 
     rng = random.Random(seed)
     return [
         (
-            random_inputs(rng, realistic=i % 2 == 1),
+            random_inputs(rng, i % 2 == 1, kinds or INPUT_KINDS),
             _POISONS[i],
             _SMEM_OPTIN_ANSWERS[i % len(_SMEM_OPTIN_ANSWERS)],
         )
@@ -184,8 +187,8 @@ def capture_once(
     ctypes.c_int.in_dll(lib, "rec_num_params").value = len(param_sizes)
     device_attrs = (ctypes.c_int * 256).in_dll(lib, "rec_device_attr_values")
     device_attrs[ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN] = smem_optin
-    slots = (ctypes.c_uint64 * len(INPUT_NAMES))(*(inputs[n] for n in INPUT_NAMES))
-    status = lib.capture_launch(slots, len(INPUT_NAMES), poison)
+    slots = (ctypes.c_uint64 * len(inputs))(*inputs.values())  # in the launcher's order
+    status = lib.capture_launch(slots, len(inputs), poison)
     launches = ctypes.c_int.in_dll(lib, "rec_num_launches").value
     if status != 0 or launches != 1:
         raise CaptureError(
@@ -226,19 +229,17 @@ def capture_once(
     )
 
 
-def _input_bytes(name: str, value: int) -> bytes:
-    return value.to_bytes(INPUT_SIZES[INPUT_KINDS[name]], "little")
-
-
-def _classify_param(index: int, offset: int, align: int, captures: list[RawCapture]) -> KernelParam:
+def _classify_param(
+    index: int, offset: int, align: int, captures: list[RawCapture], kinds: dict[str, str]
+) -> KernelParam:
     """Explain every byte of parameter ``index`` or raise CaptureError."""
     images = [c.params[index] for c in captures]
     size = len(images[0])
     slots: list[InputSlot] = []
     claimed = [False] * size
-    for name in INPUT_NAMES:
-        width = INPUT_SIZES[INPUT_KINDS[name]]
-        encodings = [_input_bytes(name, c.inputs[name]) for c in captures]
+    for name, kind in kinds.items():
+        width = INPUT_SIZES[kind]
+        encodings = [c.inputs[name].to_bytes(width, "little") for c in captures]
         for start in range(0, size - width + 1):
             if all(img[start : start + width] == enc for img, enc in zip(images, encodings)):
                 if any(claimed[start : start + width]):
@@ -285,13 +286,13 @@ def _ranges(indices: list[int]) -> tuple[tuple[int, int], ...]:
     return tuple((a, b) for a, b in ranges)
 
 
-def _grid_dim(axis: int, captures: list[RawCapture]) -> GridDim:
+def _grid_dim(axis: int, captures: list[RawCapture], kinds: dict[str, str]) -> GridDim:
     values = [c.grid[axis] for c in captures]
     if all(v == values[0] for v in values):
         return GridDim(constant=values[0])
     sources = [
         name
-        for name, kind in INPUT_KINDS.items()
+        for name, kind in kinds.items()
         if kind == "int32" and all(c.inputs[name] == v for c, v in zip(captures, values))
     ]
     if len(sources) != 1:
@@ -405,7 +406,8 @@ def capture_launch(
 
     library = link_recorder(exported, workdir)
     sizes = [p.size for p in records]
-    runs = [capture_once(library, sizes, *trial) for trial in trials(seed, captures)]
+    kinds = ROLE_INPUTS[identity["role"]]
+    runs = [capture_once(library, sizes, *trial) for trial in trials(seed, captures, kinds)]
     _same("kernel name", [r.kernel_name for r in runs])
     if runs[0].kernel_name != ptx_name:
         raise CaptureError(
@@ -422,7 +424,7 @@ def capture_launch(
             f"block {block} differs from the cubin's .reqntid {info.required_block[ptx_name]}"
         )
     params = tuple(
-        _classify_param(i, rec.offset, p.align, runs)
+        _classify_param(i, rec.offset, p.align, runs, kinds)
         for i, (rec, p) in enumerate(zip(records, ptx_params))
     )
     launch_attributes = _launch_attributes(runs)
@@ -436,7 +438,7 @@ def capture_launch(
         kernel_symbol=ptx_name,
         block=block,
         cluster=tuple(cluster),
-        grid=tuple(_grid_dim(axis, runs) for axis in range(3)),
+        grid=tuple(_grid_dim(axis, runs, kinds) for axis in range(3)),
         dynamic_smem_bytes=_same("dynamic shared memory", [r.dynamic_smem_bytes for r in runs]),
         param_bytes=info.param_bytes.get(ptx_name, records[-1].offset + records[-1].size),
         params=params,

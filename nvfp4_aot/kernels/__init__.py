@@ -1,15 +1,16 @@
 """Kernel families: CuTe DSL sources, imported only by the build step.
 
-This ``__init__`` imports nothing from the DSL: it only names the families, the
-architectures each one serves and the workspace each one needs, so that the build,
-the kernels and the runtime agree.
+This ``__init__`` imports nothing from the DSL: it only names the families, what each
+one does (its role: a grouped GEMM, or the MoE routing setup that fills a grouped GEMM's
+tables on the device), the architectures each one serves and the workspace each one
+needs, so that the build, the kernels and the runtime agree.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..manifest import Workspace
+from ..manifest import ROLE_GEMM, ROLE_ROUTING, Workspace
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,8 @@ class KernelFamily:
     module: str  # imported in a child process by nvfp4_aot.bake.compile_one
     archs: tuple[str, ...]
     workspace: Workspace = Workspace()
+    role: str = ROLE_GEMM
+    groups: tuple[int, ...] | None = None  # group counts to bake; None: the build's list
 
 
 FAMILIES = (
@@ -38,6 +41,15 @@ FAMILIES = (
             activation_k_multiple=128,
             zero_once=True,
         ),
+    ),
+    # Turns device token counts into the GEMM tables just before a MoE launch; one
+    # variant serves chunks of up to 120 experts (the largest GEMM variant's groups).
+    KernelFamily(
+        "moe_routing",
+        "nvfp4_aot.kernels.moe_routing",
+        ("sm_90a", "sm_100a", "sm_103a"),
+        role=ROLE_ROUTING,
+        groups=(120,),
     ),
 )
 

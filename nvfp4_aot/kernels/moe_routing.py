@@ -22,13 +22,15 @@ Hostile counts cannot make the GEMM write outside C: every expert's rows are cla
 to the plan's capacity (contiguous: 0 <= offsets[e] <= offsets[e + 1] <= capacity after
 clamping; masked: 0 <= m_e <= max_m).
 
-One CTA per chunk, one thread per expert of the chunk (threads >= num_groups + 1). The
+One CTA per chunk, one thread per expert of the chunk (threads > G, the chunk's GEMM
+variant's group count, at most ``num_groups``, which the variant is compiled for). The
 contiguous layout's scale offset of the chunk's first expert is a sum over all earlier
 experts, which each CTA adds up itself (no inter-CTA communication).
 
-Kernel parameters: ``plan`` (int64 words written once by the runtime, see
-``nvfp4_aot.moe.PLAN_WORDS``), ``run`` (int64 words per run: routing, A, B, C, SFA,
-SFB device addresses), ``num_chunks`` (int32: the grid).
+Kernel parameters: ``plan`` (int64 words written once by the runtime: sizes, strides
+and per chunk the addresses of its tables), ``run`` (int64 words per run: the routing
+array and the A, B, C, SFA, SFB base addresses), ``num_chunks`` (int32: the grid). The
+words' layout has one home, :mod:`nvfp4_aot.moe_layout`.
 """
 
 import cutlass
@@ -36,27 +38,49 @@ import cutlass.cute as cute
 from cutlass.cute.runtime import make_ptr
 from cutlass.memory import SmemAllocator
 
+from ..moe_layout import (
+    C_ABC,
+    C_COUNT,
+    C_GROUPS,
+    C_PREFIX,
+    C_SCALES,
+    C_SIZES,
+    C_START,
+    C_WORDS,
+    LAYOUTS,
+    P_A_ROW_BYTES,
+    P_B_EXPERT_BYTES,
+    P_C_ROW_BYTES,
+    P_CAPACITY,
+    P_EXPERTS,
+    P_HEADER_WORDS,
+    P_K,
+    P_LAYOUT,
+    P_N,
+    P_SFA_EXPERT_BYTES,
+    P_SFA_ROW_BYTES,
+    P_SFB_EXPERT_BYTES,
+    P_TILE_M,
+    P_TILE_N,
+    R_A,
+    R_B,
+    R_C,
+    R_ROUTING,
+    R_SFA,
+    R_SFB,
+    R_WORDS,
+    SF_BLOCK_ROWS,
+)
+
 FAMILY = "moe_routing"
 ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 THREADS = 128
 WARPS = THREADS // 32
-SF_BLOCK_ROWS = 128  # rows of one blocked-scale atom: each expert's SFA starts on one
+LAYOUT_CONTIGUOUS = LAYOUTS.index("contiguous")
+MAX_CHUNKS = 1 << 16  # an extent for the plan words' tensor, far past any real plan
 
-# Words of the plan description (int64), shared with nvfp4_aot/moe.py through the
-# manifest-independent constants below; the runtime asserts they agree.
-P_EXPERTS, P_LAYOUT, P_CAPACITY, P_N, P_K, P_TILE_M, P_TILE_N = range(7)
-P_A_ROW_BYTES, P_C_ROW_BYTES, P_SFA_ROW_BYTES = 7, 8, 9
-P_B_EXPERT_BYTES, P_SFB_EXPERT_BYTES, P_SFA_EXPERT_BYTES = 10, 11, 12
-P_HEADER_WORDS = 16
-# per chunk: first expert, experts, then the device addresses of its four tables
-C_START, C_COUNT, C_SIZES, C_ABC, C_SCALES, C_PREFIX = range(6)
-C_WORDS = 8
-# words of the per-run table
-R_ROUTING, R_A, R_B, R_C, R_SFA, R_SFB = range(6)
-R_WORDS = 8
-LAYOUT_CONTIGUOUS, LAYOUT_MASKED = 0, 1
-
-# Unused by this kernel; the bake records them for every family.
+# No output tiles of its own (the GEMM's tile is a plan word); the bake records a tile
+# shape for every family.
 TILE_M, TILE_N, TILE_K = 1, 1, 1
 
 
@@ -101,9 +125,13 @@ def expert_rows(expert, routing: cute.Tensor, layout, capacity):
 
 
 @cute.kernel
-def kernel(plan: cute.Tensor, run: cute.Tensor, num_groups: cutlass.Constexpr[int]):
+def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer, num_groups: cutlass.Constexpr[int]):
     tidx, _, _ = cute.arch.thread_idx()
     chunk, _, _ = cute.arch.block_idx()
+    # static extents: a shape that depended on num_chunks would be a host-derived kernel
+    # parameter, which the launch-ABI capture cannot reproduce (and need not)
+    plan = cute.make_tensor(ptr_of_plan, cute.make_layout(P_HEADER_WORDS + MAX_CHUNKS * C_WORDS))
+    run = cute.make_tensor(ptr_of_run, cute.make_layout(R_WORDS))
 
     @cute.struct
     class SharedStorage:
@@ -122,6 +150,7 @@ def kernel(plan: cute.Tensor, run: cute.Tensor, num_groups: cutlass.Constexpr[in
     record = P_HEADER_WORDS + chunk * C_WORDS
     first_expert = cutlass.Int32(plan[record + C_START])
     chunk_experts = cutlass.Int32(plan[record + C_COUNT])
+    groups = cutlass.Int32(plan[record + C_GROUPS])
     routing = cute.make_tensor(
         cute.make_ptr(cutlass.Int32, run[R_ROUTING], cute.AddressSpace.gmem, assumed_align=4),
         cute.make_layout(experts + 1),
@@ -157,22 +186,22 @@ def kernel(plan: cute.Tensor, run: cute.Tensor, num_groups: cutlass.Constexpr[in
     sizes = cute.make_tensor(
         cute.make_ptr(cutlass.Int32, plan[record + C_SIZES], cute.AddressSpace.gmem,
                       assumed_align=16),
-        cute.make_layout((num_groups, 4), stride=(4, 1)),
+        cute.make_layout((groups, 4), stride=(4, 1)),
     )  # fmt: skip
     abc = cute.make_tensor(
         cute.make_ptr(cutlass.Int64, plan[record + C_ABC], cute.AddressSpace.gmem,
                       assumed_align=16),
-        cute.make_layout((num_groups, 3), stride=(3, 1)),
+        cute.make_layout((groups, 3), stride=(3, 1)),
     )  # fmt: skip
     scales = cute.make_tensor(
         cute.make_ptr(cutlass.Int64, plan[record + C_SCALES], cute.AddressSpace.gmem,
                       assumed_align=16),
-        cute.make_layout((num_groups, 2), stride=(2, 1)),
+        cute.make_layout((groups, 2), stride=(2, 1)),
     )  # fmt: skip
     prefix = cute.make_tensor(
         cute.make_ptr(cutlass.Int32, plan[record + C_PREFIX], cute.AddressSpace.gmem,
                       assumed_align=16),
-        cute.make_layout(num_groups + 1),
+        cute.make_layout(groups + 1),
     )  # fmt: skip
 
     if active == 1:
@@ -191,16 +220,16 @@ def kernel(plan: cute.Tensor, run: cute.Tensor, num_groups: cutlass.Constexpr[in
         scales[slot, 1] = run[R_SFB] + expert64 * plan[P_SFB_EXPERT_BYTES]
         prefix[slot] = tile_before
     # Slots past the active experts: empty groups (zero sizes and pointers) whose CTA
-    # prefix entry is the total, up to and including prefix[num_groups].
+    # prefix entry is the total, up to and including prefix[groups].
     if tidx >= used:
-        if tidx < num_groups:
+        if tidx < groups:
             for j in cutlass.range_constexpr(4):
                 sizes[tidx, j] = cutlass.Int32(0)
             for j in cutlass.range_constexpr(3):
                 abc[tidx, j] = cutlass.Int64(0)
             for j in cutlass.range_constexpr(2):
                 scales[tidx, j] = cutlass.Int64(0)
-        if tidx <= num_groups:
+        if tidx <= groups:
             prefix[tidx] = total_tiles
 
 
@@ -212,9 +241,9 @@ def routing_host(
     num_groups: cutlass.Constexpr[int],
 ):
     """Launch one CTA per chunk of at most ``num_groups`` experts."""
-    plan = cute.make_tensor(ptr_of_plan, cute.make_layout(P_HEADER_WORDS + num_chunks * C_WORDS))
-    run = cute.make_tensor(ptr_of_run, cute.make_layout(R_WORDS))
-    kernel(plan, run, num_groups).launch(grid=(num_chunks, 1, 1), block=[THREADS, 1, 1])
+    kernel(ptr_of_plan, ptr_of_run, num_groups).launch(
+        grid=(num_chunks, 1, 1), block=[THREADS, 1, 1]
+    )
     return
 
 

@@ -1,0 +1,264 @@
+"""MoE grouped GEMM with the routing on the GPU: one plan, any routing, no host sync.
+
+In a MoE layer a router decides on the GPU, every step, how many tokens each expert
+gets. A :class:`MoeGemmPlan` is made once per (experts E, n, k, layout, capacity); its
+:meth:`~MoeGemmPlan.run` reads no sizes on the host, allocates nothing, never waits, and
+costs the same host work for any E. A small baked kernel turns the device counts into
+the grouped GEMM's tables on the same stream; experts with no tokens cost no tiles, and
+a routing that sends nothing anywhere writes nothing. Captured once in a CUDA graph, a
+run serves every later routing written into the same device arrays.
+
+Two layouts, those serving engines use (E experts; B, SFB stacked per expert in both)::
+
+    contiguous  (vLLM / SGLang CUTLASS MoE, torch._grouped_mm with offs)
+      routing = offsets int32[E + 1]       expert e owns rows offsets[e] .. offsets[e+1]
+      A  (T, k/2) uint8    rows: | e0 | e1 ...... | e3 | ... |   T <= capacity
+      C  (T, n)   float16  rows: | e0 | e1 ...... | e3 | ... |   (same rows as A)
+      SFA blocked, one buffer; expert e's scales start at row
+          sf_offset[e] = sum_{j<e} round_up(m_j, 128)            (scale_offsets())
+          | e0 + pad to 128 | e1 .... + pad | e3 + pad | ...    padding rows' scales 0
+      B  (E, n, k/2), SFB E x blocked_scale_bytes(n, k)
+
+    masked  (DeepGEMM / FlashInfer masked grouped GEMM, DeepEP low-latency dispatch)
+      routing = masked_m int32[E]          expert e owns rows 0 .. masked_m[e] of its block
+      A  (E, max_m, k/2)   C  (E, max_m, n)   rows >= masked_m[e] are never written
+      SFA E x blocked_scale_bytes(max_m, k), B (E, n, k/2), SFB as above
+
+``capacity`` is the most tokens a run may route: T (contiguous) or max_m (masked). The
+routing kernel clamps every expert's rows to it, so no routing, however hostile (offsets
+out of order, counts past max_m, negative), makes a kernel read or write outside the
+buffers the plan checked; results for such a routing are unspecified.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import replace
+from math import prod
+
+from . import driver, loader, selection
+from .errors import InvalidProblemError
+from .launcher import Launcher
+from .manifest import ROLE_ROUTING
+from .moe_layout import (
+    LAYOUTS,
+    RUN_FIELDS,
+    MoeLayout,
+    check_moe_problem,
+    contiguous_scale_rows,
+    scale_offsets,
+)
+from .operands import check_matrix, check_scales, device_array, is_c_contiguous, stream_handle
+
+__all__ = [
+    "LAYOUTS",
+    "MoeGemmPlan",
+    "contiguous_scale_rows",
+    "scale_offsets",
+]
+
+_VALIDATED_SETS = 64
+_POINTER_ALIGN = {"routing": 4, "a": 32, "b": 32, "c": 32, "sfa": 32, "sfb": 32}
+_FP4 = ("u1", "i1", "e2m1x2", "e2m1", "v1")
+_SCALES = ("u1", "i1", "e4m3", "v1")
+
+
+class MoeGemmPlan:
+    """A prepared MoE grouped GEMM: C = A_e @ B_e^T for the rows the routing gives expert e.
+
+    Parameters
+    ----------
+    experts : int
+        Number of experts E (any; more than the largest baked group count runs several
+        GEMM launches inside one run).
+    n, k : int
+        Output columns (n % 32 == 0) and reduction length (k % 64 == 0).
+    layout : "contiguous" or "masked"
+        See the module docstring.
+    capacity : int
+        Most rows a run may route: tokens T (contiguous) or max_m per expert (masked).
+    device, artifacts, ring_slots, kernel
+        As for :class:`nvfp4_aot.GroupedGemmPlan`.
+    """
+
+    def __init__(
+        self, experts: int, n: int, k: int, *, layout: str = "contiguous", capacity: int,
+        device: int = 0, artifacts=None, ring_slots: int = 8, kernel: str | None = None,
+    ):  # fmt: skip
+        if ring_slots < 1:
+            raise ValueError(f"ring_slots must be >= 1, got {ring_slots}")
+        check_moe_problem(experts, n, k, layout, capacity)
+        self.experts, self.n, self.k = experts, n, k
+        self.layout_name, self.capacity = layout, capacity
+        self.device = int(device)
+        manifest = loader.load_manifest(artifacts)
+        capability = loader.device_capability(self.device)
+        gemms = loader.variants_for(manifest, capability, self.device)
+        routing = loader.variants_for(manifest, capability, self.device, role=ROLE_ROUTING)
+        #: the GEMM kernel family this plan runs (its choice depends only on n and k here)
+        self.family = selection.choose_family(gemms, [(1, n, k)], kernel)
+        by_groups = {v.num_groups: v for v in gemms if v.family == self.family}
+        #: where the launches, words, tables and workspaces lie (:mod:`nvfp4_aot.moe_layout`)
+        self.layout = MoeLayout.build(
+            experts, n, k, layout, capacity, by_groups, routing[-1],
+            driver.sm_count(self.device), ring_slots,
+        )  # fmt: skip
+        self._required = self.layout.operand_bytes()
+        kernels = [loader.load_kernel(v, self.device, artifacts) for v in self.layout.variants]
+        self._launcher = Launcher(self.device, self.layout, kernels)
+        self._validated: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    # running ----------------------------------------------------------------------------
+
+    def run(self, a, b, c, sfa, sfb, routing, stream=None) -> None:
+        """Launch on ``stream``; returns without waiting.
+
+        Parameters
+        ----------
+        a, b, c, sfa, sfb : device arrays or int pointers (one each, not per expert)
+            In the plan's layout (module docstring): A packed FP4, B (E, n, k/2), C
+            float16, SFA/SFB blocked E4M3 scales.
+        routing : int32 device array or pointer
+            offsets[E + 1] (contiguous) or masked_m[E] (masked), read on the GPU.
+        stream : stream object or handle, optional
+        """
+        handle = stream if type(stream) is int and stream >= 0 else stream_handle(stream)
+        key = (routing, a, b, c, sfa, sfb)
+        try:
+            table = self._validated.get(key)
+        except TypeError:  # unhashable operands (arrays): described below
+            table = None
+        if table is None:
+            pointers, producers = self._pointers(key, handle)
+            table = self._table(pointers)
+            self._launcher.launch(table, handle, producers)
+        else:
+            self._launcher.launch(table, handle)
+
+    def set_graph_operands(self, a, b, c, sfa, sfb, routing) -> None:
+        """Point the next replay of a CUDA graph that captured :meth:`run` at new operands
+        (call it while no replay is pending). New routings need no call: a replay reads
+        the routing array's current contents."""
+        pointers, _producers = self._pointers((routing, a, b, c, sfa, sfb), 0)
+        self._launcher.stage_graph(self._table(pointers))
+
+    def _table(self, pointers: tuple[int, ...]) -> bytes:
+        table = self._validated.get(pointers)
+        if table is not None:
+            return table
+        self._check_pointers(pointers)
+        table = self.layout.run_table(pointers)
+        with self._lock:
+            self._validated[pointers] = table
+            if len(self._validated) > _VALIDATED_SETS:
+                self._validated.popitem(last=False)
+        return table
+
+    def _pointers(self, operands, stream: int) -> tuple[tuple[int, ...], set[int]]:
+        """Describe and check every operand; (pointers in RUN_FIELDS order, producers)."""
+        pointers, producers = [], set()
+        launch_stream = 1 if stream == 0 else stream
+        for field, obj in zip(RUN_FIELDS, operands):
+            if type(obj) is int:
+                pointers.append(obj)
+                continue
+            try:
+                array = device_array(obj, stream)
+            except (TypeError, ValueError) as exc:
+                raise InvalidProblemError(f"{field}: {exc}") from exc
+            self._check_array(field, array)
+            if array.stream is not None and array.stream != launch_stream:
+                producers.add(array.stream)
+            pointers.append(array.pointer)
+        return tuple(pointers), producers
+
+    def _check_array(self, field: str, array) -> None:
+        if array.device is not None and array.device != self.device:
+            raise InvalidProblemError(
+                f"{field} is on device {array.device}, the plan runs on device {self.device}"
+            )
+        if array.shape is not None:
+            problem = self._array_problem(field, array)
+            if problem:
+                raise InvalidProblemError(f"{field} {problem}")
+
+    def _array_problem(self, field: str, array) -> str | None:
+        """Why ``array`` cannot be operand ``field`` of this plan, or None."""
+        e, n, k, cap = self.experts, self.n, self.k, self.capacity
+        masked = self.layout_name == "masked"
+        if field in ("sfa", "sfb"):
+            return check_scales(array, _SCALES, self._required[field])
+        if field == "routing":
+            need = e if masked else e + 1
+            if tuple(array.shape) != (need,):
+                what = "masked_m[E]" if masked else "offsets[E + 1]"
+                return f"must be int32 {what} of shape ({need},), got shape {array.shape}"
+            return check_matrix(replace(array, shape=(1, need)), ("i4",), 1, 4 * need)
+        # A, B, C: row-major over their leading axes
+        dtypes = ("f2",) if field == "c" else _FP4
+        row_bytes = 2 * n if field == "c" else k // 2
+        leading = tuple(array.shape[:-1])
+        if field == "b":
+            allowed = ((e, n), (e * n,))
+        elif masked:
+            allowed = ((e, cap), (e * cap,))
+        else:
+            allowed = (leading,) if len(leading) == 1 and leading[0] >= cap else ()
+        if leading not in allowed:
+            last = row_bytes // 2 if field == "c" else row_bytes
+            if field == "b" or masked:
+                expected = f"({e}, {n if field == 'b' else cap}, {last})"
+            else:
+                expected = f"(rows >= capacity = {cap}, {last})"
+            return f"must have shape {expected}, got {array.shape}"
+        if not is_c_contiguous(array.shape, array.strides):
+            return f"must be C-contiguous, got strides {array.strides} (elements)"
+        rows = prod(leading)
+        matrix = replace(array, shape=(rows, array.shape[-1]), strides=None)
+        return check_matrix(matrix, dtypes, rows, row_bytes, writable=field == "c")
+
+    def _check_pointers(self, pointers) -> None:
+        for field, pointer in zip(RUN_FIELDS, pointers):
+            align = _POINTER_ALIGN[field]
+            if not 0 < pointer < 1 << 63:
+                raise InvalidProblemError(f"{field} is not a device address: {pointer}")
+            if pointer % align:
+                raise InvalidProblemError(
+                    f"{field} must be {align}-byte aligned, got address 0x{pointer:x}"
+                )
+        c = pointers[RUN_FIELDS.index("c")]
+        c_end = c + self._required["c"]
+        for field, pointer in zip(RUN_FIELDS, pointers):
+            if field != "c" and pointer < c_end and c < pointer + self._required[field]:
+                raise InvalidProblemError(
+                    f"c overlaps {field} (0x{pointer:x} + {self._required[field]} bytes); "
+                    "the output must not alias an input"
+                )
+
+    def synchronize(self) -> None:
+        """Wait until every run of this plan has completed."""
+        self._launcher.synchronize()
+
+    # lifetime ---------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._launcher.closed
+
+    def close(self) -> None:
+        self._launcher.close()
+
+    def __enter__(self) -> MoeGemmPlan:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"MoeGemmPlan({self.experts} experts, n={self.n}, k={self.k}, {self.layout_name}, "
+            f"capacity {self.capacity}, {len(self.layout.chunks)} GEMM launch(es) of "
+            f"{self.family} on device {self.device})"
+        )
