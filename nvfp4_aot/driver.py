@@ -310,6 +310,33 @@ def stream_destroy(stream: int) -> None:
     call("cuStreamDestroy", stream)
 
 
+def capture_begin(stream: int) -> None:
+    """Start recording ``stream`` into a CUDA graph (this thread's calls only)."""
+    mode = backend().CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+    call("cuStreamBeginCapture", stream, mode)
+
+
+def capture_end(stream: int):
+    """Stop recording ``stream``; returns the graph."""
+    return call("cuStreamEndCapture", stream)
+
+
+def graph_instantiate(graph):
+    return call("cuGraphInstantiate", graph, 0)
+
+
+def graph_destroy(graph) -> None:
+    call("cuGraphDestroy", graph)
+
+
+def graph_exec_destroy(executable) -> None:
+    call("cuGraphExecDestroy", executable)
+
+
+def graph_launch(executable, stream: int) -> None:
+    call("cuGraphLaunch", executable, stream)
+
+
 def timing_event_create():
     """An event that records time (for benchmarks; plans use :func:`event_create`)."""
     return call("cuEventCreate", 0)
@@ -485,6 +512,7 @@ class BindingsCalls:
     event_synchronize = staticmethod(event_synchronize)
     stream_wait_event = staticmethod(stream_wait_event)
     stream_is_capturing = staticmethod(stream_is_capturing)
+    graph_launch = staticmethod(graph_launch)
 
     @staticmethod
     def launch(spec: LaunchSpec, stream: int, kernel_params: int) -> None:
@@ -515,6 +543,7 @@ class DirectCalls:
         "cuEventSynchronize": (2000, 1),
         "cuStreamWaitEvent": (3020, 3),
         "cuStreamIsCapturing": (10000, 2),
+        "cuGraphLaunch": (10000, 2),
     }
 
     def __init__(self):
@@ -580,6 +609,11 @@ class DirectCalls:
         status = self._cuStreamWaitEvent(stream, event, 0)
         if status:
             self._fail("cuStreamWaitEvent", status)
+
+    def graph_launch(self, executable: int, stream: int) -> None:
+        status = self._cuGraphLaunch(executable, stream)
+        if status:
+            self._fail("cuGraphLaunch", status)
 
     def stream_is_capturing(self, stream: int) -> bool:
         status = self._cuStreamIsCapturing(stream, self._capture_status_address)

@@ -23,6 +23,11 @@ earlier run did: the launcher remembers the newest run known to be complete and 
 an event only when a slot is not yet known to be free, waiting on it only when every
 slot is in flight.
 
+Several launches per run (a MoE plan's routing setup and GEMM chunks, or groups split
+over several sub-launches) are recorded at creation, per ring slot, into one CUDA graph
+with the slot's copy, so that an eager run costs one ``cuGraphLaunch`` whatever the
+number of launches.
+
 CUDA graphs. A run inside stream capture uses the graph slot (and, through the layout's
 kernel inputs, the graph's own workspace and tables), so replays never share them with
 eager runs; the captured copy reads the graph slot's pinned staging at each replay,
@@ -65,6 +70,11 @@ class Launcher:
             self._finalizer()
             raise
         self._prepare_launches()
+        try:
+            self._record_slot_graphs()
+        except BaseException:
+            self._finalizer()
+            raise
         self.ring_slots = layout.ring_slots
         self.graph_slot = layout.graph_slot
         # which run last used each slot, the newest run known complete
@@ -139,6 +149,31 @@ class Launcher:
         self._events = tuple(calls.handle(e) for e in res.events)
         self._sync_event = calls.handle(res.sync_event)
 
+    def _record_slot_graphs(self) -> None:
+        """With more than one launch per run: per ring slot, its copy and launches as one
+        CUDA graph (captured on a private stream, this thread only)."""
+        self._slot_graphs = None
+        if len(self.layout.launches) < 2:
+            return
+        res, calls = self._resources, self._calls
+        stream = driver.stream_create()
+        try:
+            for slot in range(self.layout.ring_slots):
+                driver.capture_begin(stream)
+                try:
+                    calls.memcpy_htod_async(
+                        self.slot_address(slot), self._staging_addresses[slot],
+                        self.layout.slot_bytes, stream,
+                    )  # fmt: skip
+                    for spec, params in zip(self._launch_specs, self._params[slot]):
+                        calls.launch(spec, stream, params)
+                finally:
+                    res.graphs.append(driver.capture_end(stream))
+                res.graph_execs.append(driver.graph_instantiate(res.graphs[-1]))
+        finally:
+            driver.stream_destroy(stream)
+        self._slot_graphs = tuple(calls.handle(g) for g in res.graph_execs)
+
     @property
     def base(self) -> int:
         """Device address of the launcher's buffer (the layout's offsets are from here)."""
@@ -169,12 +204,16 @@ class Launcher:
             if producer_streams or stream != self._last_stream:
                 self._order_after(producer_streams, stream)
             slot = self._table_slot.get(table)
+            graphs = self._slot_graphs
             if slot is None:
                 slot = self._free_slot()
-                self._stage(slot, table, stream)
+                self._stage(slot, table, stream, copy=graphs is None)
             try:
-                for spec, params in zip(self._launch_specs, self._params[slot]):
-                    calls.launch(spec, stream, params)
+                if graphs is not None:  # the slot's copy and launches, recorded at creation
+                    calls.graph_launch(graphs[slot], stream)
+                else:
+                    for spec, params in zip(self._launch_specs, self._params[slot]):
+                        calls.launch(spec, stream, params)
             finally:  # after a failed launch too: the slot's copy may be queued
                 calls.event_record(self._events[slot], stream)
                 self._seq += 1
@@ -199,15 +238,17 @@ class Launcher:
         for spec, params in zip(self._launch_specs, self._params[slot]):
             calls.launch(spec, stream, params)
 
-    def _stage(self, slot: int, table: bytes, stream: int) -> None:
-        """Write ``table`` into the slot's pinned staging and copy it to the device on
-        ``stream``. (Letting the kernels read mapped pinned memory instead saves the
-        copy but costs GPU time per run: docs/H200_RESULTS.md.)"""
+    def _stage(self, slot: int, table: bytes, stream: int, copy: bool = True) -> None:
+        """Write ``table`` into the slot's pinned staging and (unless the slot's graph
+        does) copy it to the device on ``stream``. (Letting the kernels read mapped
+        pinned memory instead saves the copy but costs GPU time per run:
+        docs/H200_RESULTS.md.)"""
         self._staging[slot][:] = table
-        self._calls.memcpy_htod_async(
-            self.slot_address(slot), self._staging_addresses[slot], self.layout.slot_bytes,
-            stream,
-        )  # fmt: skip
+        if copy:
+            self._calls.memcpy_htod_async(
+                self.slot_address(slot), self._staging_addresses[slot],
+                self.layout.slot_bytes, stream,
+            )  # fmt: skip
         if slot < self.ring_slots:  # a ring slot (not the graph slot) now holds this table
             self._table_slot.pop(self._slot_table[slot], None)
             self._slot_table[slot] = table
@@ -285,6 +326,8 @@ class _Resources:
         self.sync_event = None
         self.last_slot = None  # set by close(): the run to wait for
         self.keep = []  # parameter buffers and their pointer arrays
+        self.graphs = []  # per ring slot, when runs launch through graphs
+        self.graph_execs = []
 
     def release(self) -> None:
         if self.device is not None:
@@ -294,6 +337,11 @@ class _Resources:
         elif self.events:  # collected without close(): wait for whatever may be queued
             for event in self.events:
                 driver.event_synchronize(event)
+        for executable in self.graph_execs:
+            driver.graph_exec_destroy(executable)
+        for graph in self.graphs:
+            driver.graph_destroy(graph)
+        self.graphs, self.graph_execs = [], []
         for event in self.events + ([self.sync_event] if self.sync_event is not None else []):
             driver.event_destroy(event)
         self.events, self.sync_event = [], None

@@ -10,6 +10,7 @@ back what the runtime uploaded; every call is recorded in ``calls``.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import gc
 import struct
 from contextlib import contextmanager
@@ -41,6 +42,18 @@ class FakeKernel:
     ident: int = 0
 
     def __int__(self) -> int:  # the handle DirectFakeDriver's entry points receive
+        return self.ident
+
+
+@dataclass
+class FakeGraph:
+    """Work recorded by stream capture: ("copy", dst, src, size) and ("launch", Launch)
+    entries, replayed (copies reading their host source then) by cuGraphLaunch."""
+
+    ident: int
+    work: list = field(default_factory=list)
+
+    def __int__(self) -> int:
         return self.ident
 
 
@@ -83,6 +96,8 @@ class FakeDriver:
         self.alloc_fill = 0  # the byte new device allocations hold (cuMemAlloc leaves garbage)
         self._next = 0x7F00_0000_0000
         self._handles = 0
+        self._capturing: dict[int, FakeGraph] = {}  # stream -> the graph it records
+        self.graph_execs: list[FakeGraph] = []
 
     def __getattr__(self, name):
         if name.startswith("CU"):  # types and enums
@@ -177,6 +192,9 @@ class FakeDriver:
 
     def cuMemcpyHtoDAsync(self, dst, src, size, stream):
         self._record("cuMemcpyHtoDAsync", dst, src, size, stream)
+        if int(stream) in self._capturing:
+            self._capturing[int(stream)].work.append(("copy", int(dst), int(src), size))
+            return (SUCCESS,)
         data = ctypes.string_at(src, size)
         self.copies.append((int(dst), data, int(stream)))
         self._write(int(dst), data)
@@ -219,8 +237,54 @@ class FakeDriver:
 
     def cuStreamIsCapturing(self, stream):
         # a query, not recorded: tests list the calls that do work
-        capturing = int(stream) in getattr(self, "capturing_streams", ())
+        capturing = int(stream) in getattr(self, "capturing_streams", ()) or (
+            int(stream) in self._capturing
+        )
         return (SUCCESS, 1 if capturing else 0)
+
+    # stream capture and graphs: copies and launches on a capturing stream are recorded
+    def cuStreamCreate(self, flags):
+        self._record("cuStreamCreate", flags)
+        return (SUCCESS, 0x5000 + self._handle())
+
+    def cuStreamDestroy(self, stream):
+        self._record("cuStreamDestroy", int(stream))
+        return (SUCCESS,)
+
+    def cuStreamBeginCapture(self, stream, mode):
+        self._record("cuStreamBeginCapture", int(stream))
+        self._capturing[int(stream)] = FakeGraph(self._handle())
+        return (SUCCESS,)
+
+    def cuStreamEndCapture(self, stream):
+        self._record("cuStreamEndCapture", int(stream))
+        return (SUCCESS, self._capturing.pop(int(stream)))
+
+    def cuGraphInstantiate(self, graph, flags):
+        self._record("cuGraphInstantiate", graph.ident)
+        executable = FakeGraph(self._handle(), list(graph.work))
+        self.graph_execs.append(executable)
+        return (SUCCESS, executable)
+
+    def cuGraphLaunch(self, executable, stream):
+        self._record("cuGraphLaunch", executable.ident, int(stream))
+        for kind, *entry in executable.work:
+            if kind == "copy":
+                dst, src, size = entry
+                data = ctypes.string_at(src, size)
+                self.copies.append((dst, data, int(stream)))
+                self._write(dst, data)
+            else:
+                self.launches.append(dataclasses.replace(entry[0], stream=int(stream)))
+        return (SUCCESS,)
+
+    def cuGraphExecDestroy(self, executable):
+        self._record("cuGraphExecDestroy", executable.ident)
+        return (SUCCESS,)
+
+    def cuGraphDestroy(self, graph):
+        self._record("cuGraphDestroy", graph.ident)
+        return (SUCCESS,)
 
     def cuStreamWaitEvent(self, stream, event, flags):
         self._record("cuStreamWaitEvent", stream, event.ident)
@@ -265,17 +329,19 @@ class FakeDriver:
         pointers = (ctypes.c_void_p * len(function.params)).from_address(kernel_params)
         params = [ctypes.string_at(p, size) for p, (_off, size) in zip(pointers, function.params)]
         attributes = [(int(a.id), a.value) for a in config.attrs[: config.numAttrs]]
-        self.launches.append(
-            Launch(
-                function,
-                (config.gridDimX, config.gridDimY, config.gridDimZ),
-                (config.blockDimX, config.blockDimY, config.blockDimZ),
-                config.sharedMemBytes,
-                int(config.hStream),
-                attributes,
-                params,
-            )
+        launch = Launch(
+            function,
+            (config.gridDimX, config.gridDimY, config.gridDimZ),
+            (config.blockDimX, config.blockDimY, config.blockDimZ),
+            config.sharedMemBytes,
+            int(config.hStream),
+            attributes,
+            params,
         )
+        if int(config.hStream) in self._capturing:
+            self._capturing[int(config.hStream)].work.append(("launch", launch))
+        else:
+            self.launches.append(launch)
         return (SUCCESS,)
 
 
@@ -299,6 +365,7 @@ class DirectFakeDriver(FakeDriver):
         "cuEventSynchronize": 1,
         "cuStreamWaitEvent": 3,
         "cuStreamIsCapturing": 2,
+        "cuGraphLaunch": 2,
     }
 
     def __init__(self, *args, **kwargs):
@@ -362,10 +429,18 @@ class DirectFakeDriver(FakeDriver):
             attributes.append((struct.unpack_from("<I", entry)[0], entry[8:72]))
         pointers = (ctypes.c_void_p * len(kernel.params)).from_address(params)
         values = [ctypes.string_at(p, size) for p, (_off, size) in zip(pointers, kernel.params)]
-        self.launches.append(
-            Launch(kernel, tuple(dims[:3]), tuple(dims[3:6]), shared, stream, attributes, values)
+        launch = Launch(
+            kernel, tuple(dims[:3]), tuple(dims[3:6]), shared, stream, attributes, values
         )
+        if stream in self._capturing:
+            self._capturing[stream].work.append(("launch", launch))
+        else:
+            self.launches.append(launch)
         return 0
+
+    def _direct_cuGraphLaunch(self, executable, stream):
+        graph = next(g for g in self.graph_execs if g.ident == executable)
+        return int(self.cuGraphLaunch(graph, stream)[0])
 
 
 @contextmanager

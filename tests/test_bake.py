@@ -88,7 +88,7 @@ def test_packed_params_equal_dsl_host_launcher(bake, family, arch, num_groups, t
     sizes = [p.size for p in variant.params]
     rng = random.Random(f"{family}-{arch}-{num_groups}")
     for trial in range(4):
-        inputs = random_inputs(rng, realistic=trial % 2 == 0)
+        inputs = random_inputs(rng, realistic=trial % 2 == 0, kinds=variant.input_kinds)
         poison = 0x11 + trial
         run = capture_once(library, sizes, inputs, poison, 232448)
         expected = packer.pack(inputs)

@@ -78,11 +78,13 @@ def test_plan_words_and_kernel_inputs():
     image = layout.static_tables(base)
     assert len(image) == 2 * layout.words_bytes
     for graph in (0, 1):
-        words = struct.unpack_from(f"<{layout.words_bytes // 8}q", image, graph * layout.words_bytes)
+        words = struct.unpack_from(
+            f"<{layout.words_bytes // 8}q", image, graph * layout.words_bytes
+        )
         assert words[:5] == (256, 0, 4096, 1536, 2048)
         tables = base + layout.tables_offset + graph * layout.tables_bytes
         for c, chunk in enumerate(layout.chunks):
-            record = words[P_HEADER_WORDS + C_WORDS * c :][: C_WORDS]
+            record = words[P_HEADER_WORDS + C_WORDS * c :][:C_WORDS]
             assert record[C_START] == chunk.first and record[C_GROUPS] == chunk.num_groups
             assert record[C_GROUPS + 1 :][:4] == (
                 tables + chunk.sizes_offset, tables + chunk.abc_offset,
@@ -95,7 +97,9 @@ def test_plan_words_and_kernel_inputs():
     for e, g in zip(eager[1:], graph[1:]):  # graph replays never share tables or workspace
         assert e["problem_sizes"] != g["problem_sizes"]
         assert e["tensormap_workspace"] != g["tensormap_workspace"]
-        assert all(v % 16 == 0 for name, v in e.items() if name not in ("total_tiles", "persistent_blocks"))
+        assert all(
+            v % 16 == 0 for name, v in e.items() if name not in ("total_tiles", "persistent_blocks")
+        )
     regions = layout.zero_once()
     assert regions[0] == (layout.tables_offset, 2 * layout.tables_bytes)
     assert layout.slot_offset(layout.slots) == layout.device_bytes
@@ -257,3 +261,28 @@ def test_moe_problem_lays_out_contiguous_scales_per_routing():
     assert not routing.sfa[640 * row_bytes :].any()  # past the last segment: zero
     with pytest.raises(ValueError, match="301 tokens routed, capacity is 300"):
         problem.routing([301, 0, 0, 0])
+
+
+def test_eager_runs_launch_one_recorded_graph_per_slot(fake):
+    """Several launches per run are recorded per ring slot at creation; an eager run is
+    one cuGraphLaunch whose copy reads the slot's staging when it runs; a run inside the
+    caller's stream capture records the launches themselves; close destroys the graphs."""
+    plan = MoeGemmPlan(128, 1536, 2048, capacity=4096)
+    assert fake.names().count("cuGraphInstantiate") == plan.layout.ring_slots
+    assert fake.launches == [] and fake.copies == []  # recorded, not run
+    routing, a, b, c, sfa, sfb = _pointers()
+    plan.run(a, b, c, sfa, sfb, routing, stream=4)
+    plan.run(a + 256, b, c, sfa, sfb, routing, stream=4)  # another table: the next slot
+    launched = [n for n in fake.names() if n in ("cuGraphLaunch", "cuLaunchKernelEx")]
+    assert launched[-2:] == ["cuGraphLaunch", "cuGraphLaunch"]
+    graphs = [args[0] for name, args in fake.calls if name == "cuGraphLaunch"]
+    assert graphs[0] != graphs[1]
+    assert len(fake.launches) == 2 * 3 and {x.stream for x in fake.launches} == {4}
+    assert [struct.unpack_from("<Q", data, 8)[0] for _dst, data, _s in fake.copies] == [a, a + 256]
+    fake.capturing_streams = {6}
+    before = fake.names().count("cuGraphLaunch")
+    plan.run(a, b, c, sfa, sfb, routing, stream=6)
+    assert fake.names().count("cuGraphLaunch") == before  # captured: launches, not a graph
+    assert len(fake.launches) == 2 * 3 + 3
+    plan.close()
+    assert fake.names().count("cuGraphExecDestroy") == plan.layout.ring_slots

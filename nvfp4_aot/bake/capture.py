@@ -133,7 +133,9 @@ def _embedded_cubins(address: int) -> list[bytes]:
     return fatbin_cubins(ctypes.string_at(address, fatbin_size(ctypes.string_at(address, 16))))
 
 
-def random_inputs(rng: random.Random, realistic: bool, kinds: dict[str, str]) -> dict[str, int]:
+def random_inputs(
+    rng: random.Random, realistic: bool, kinds: dict[str, str] = INPUT_KINDS
+) -> dict[str, int]:
     """A value for every input of ``kinds``, in their order, no two alike: int32 values
     drawn without replacement from :data:`REALISTIC_INT32` or :data:`SENTINEL_INT32`,
     and random 16-byte aligned pointers (the alignment the DSL assumes)."""
@@ -230,8 +232,9 @@ def capture_once(
 
 
 def _classify_param(
-    index: int, offset: int, align: int, captures: list[RawCapture], kinds: dict[str, str]
-) -> KernelParam:
+    index: int, offset: int, align: int, captures: list[RawCapture],
+    kinds: dict[str, str] = INPUT_KINDS,
+) -> KernelParam:  # fmt: skip
     """Explain every byte of parameter ``index`` or raise CaptureError."""
     images = [c.params[index] for c in captures]
     size = len(images[0])
