@@ -19,8 +19,8 @@ import pytest
 from nvfp4_aot import driver, loader, plan
 from nvfp4_aot.device_data import DeviceOperands
 from nvfp4_aot.layouts import random_problem
-from nvfp4_aot.reference import reference_gemm, relative_error
 from nvfp4_aot.manifest import ROLE_GEMM
+from nvfp4_aot.reference import reference_gemm, relative_error
 from support import gpu_unavailable
 
 pytestmark = pytest.mark.gpu
