@@ -150,6 +150,26 @@ def test_split_launches_of_different_grids_share_the_workspace(device, kernel):
         run_and_check(device, sizes, seed=seed, kernel=kernel)
 
 
+def test_empty_groups_are_skipped(device, kernel):
+    """Groups with m = 0 (experts without tokens) between and around real ones: their
+    operands are null pointers, the others are computed, nothing else is written."""
+    sizes = [(0, 256, 512), (200, 256, 512), (0, 256, 512), (72, 384, 256), (0, 128, 256)]
+    live = [g for g, (m, _n, _k) in enumerate(sizes) if m]
+    problems, operands = make_operands([sizes[g] for g in live], 7100)
+    try:
+        columns = [[0] * len(sizes) for _ in range(5)]
+        for f in range(5):
+            for i, g in enumerate(live):
+                columns[f][g] = operands.columns[f][i]
+        with plan.GroupedGemmPlan(sizes, device, kernel=kernel) as gemm:
+            assert [launch.groups for launch in gemm.launches] == [tuple(live)]
+            gemm.run(*columns)
+            gemm.synchronize()
+        check_results(problems, operands, "empty groups between real ones")
+    finally:
+        operands.free()
+
+
 def test_cuda_array_interface_operands(device):
     run_and_check(device, [(96, 128, 128), (256, 512, 256)], seed=4000, as_arrays=True)
 
