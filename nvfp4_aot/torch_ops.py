@@ -1,0 +1,488 @@
+"""PyTorch ops for MoE grouped GEMMs, and the routing helpers that feed them on the GPU.
+
+Importing this module imports no torch; the ops are registered with ``torch.library`` on
+first use, or at import when torch is already imported (call :func:`register` before
+``torch.compile`` traces a module that uses them, or just import this module after torch).
+
+Ops (``torch.ops.nvfp4_aot``), the layouts of :mod:`nvfp4_aot.moe`::
+
+    moe_gemm(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor routing,
+             str layout="contiguous") -> Tensor
+    moe_gemm_out(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor routing,
+                 Tensor(a!) out, str layout="contiguous") -> ()
+
+    contiguous: a (T, k/2)  b (E, n, k/2)  out (T, n) float16  routing int32 offsets[E + 1]
+                sfa >= contiguous_scale_rows(T, E) * round_up(k/16, 4) bytes (1-D)
+    masked:     a (E, M, k/2)  b (E, n, k/2)  out (E, M, n) float16  routing int32 masked_m[E]
+                sfa >= E * blocked_scale_bytes(M, k) bytes
+
+a and b are packed FP4 (uint8, or ``torch.float4_e2m1fn_x2``), sfa and sfb blocked E4M3
+scales (uint8 or ``torch.float8_e4m3fn``), everything C-contiguous on one CUDA device.
+The capacity of the plan is T (contiguous) or M (masked), taken from A's shape. ``moe_gemm``
+allocates C with ``torch.empty``: rows no expert owns are left as allocated (unspecified).
+``moe_gemm_out`` writes only the routed rows of ``out``.
+
+A call checks shapes, dtypes, devices and contiguity on the host (errors name the
+operand), never reads the routing, never synchronises, and launches on
+``torch.cuda.current_stream()``; it is capturable by ``torch.cuda.graph`` and traced by
+``torch.compile(fullgraph=True)`` through its fake implementation. CPU tensors run a
+float64 reference (slow; for tests and for checking a pipeline without a GPU).
+
+Plans. The ops keep one :class:`nvfp4_aot.MoeGemmPlan` per (device, E, n, k, layout,
+capacity) *and expert weights* (the addresses of b and sfb), i.e. one per projection of
+a layer. The reason is CUDA graphs: a plan's captured run reads its operand addresses
+from the plan's one graph slot, so two captured calls of one plan with different
+operands would both run with the last. With a plan per weight set, the eager warm-up
+that CUDA graph capture needs anyway creates every plan the capture uses (a plan cannot
+be created during capture), and each layer's captured call owns its plan's graph slot.
+Capturing one plan again with other operands (the same layer twice in one graph, or in
+two graphs whose activations lie at different addresses) raises; after destroying the
+old graphs, :func:`release_plans` starts over.
+
+Routing on the GPU (no ``.item()``, no ``.tolist()``, no host sync; ``bincount`` is
+avoided since on CUDA it reads the largest id back to the host)::
+
+    r = route(top_experts, experts)        # permutation, offsets, blocked scale rows
+    a = x_packed[r.tokens]                 # tokens in expert order, packed FP4
+    sfa = blocked_scales(x_scales[r.tokens], r.scale_rows, r.scale_row_count)
+    c = moe_gemm(a, w, sfa, w_scales, r.offsets)
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import NamedTuple
+
+from .blocked import BLOCK_COLS, SF_VEC_SIZE, blocked_scale_bytes
+from .errors import InvalidProblemError
+from .intmath import round_up
+from .moe_layout import LAYOUTS, SF_BLOCK_ROWS, contiguous_scale_rows, scale_offsets
+
+__all__ = [
+    "MAX_PLANS",
+    "Routing",
+    "blocked_scales",
+    "moe_gemm",
+    "moe_gemm_out",
+    "plans",
+    "register",
+    "release_plans",
+    "route",
+]
+
+NAMESPACE = "nvfp4_aot"
+SCHEMAS = {
+    "moe_gemm": (
+        "moe_gemm(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor routing, "
+        'str layout="contiguous") -> Tensor'
+    ),
+    "moe_gemm_out": (
+        "moe_gemm_out(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor routing, "
+        'Tensor(a!) out, str layout="contiguous") -> ()'
+    ),
+}
+MAX_PLANS = 4096  # plans kept; past it, plans no CUDA graph captured are closed (oldest first)
+
+_lock = threading.Lock()
+_library = None  # the torch.library.Library holding our registrations
+_moe_gemm = None  # torch.ops.nvfp4_aot.moe_gemm once registered
+_moe_gemm_out = None
+_plans: dict[tuple, object] = {}  # plan key -> MoeGemmPlan (insertion order = age)
+_captured: dict[tuple, tuple] = {}  # plan key -> the operand addresses its graph slot holds
+
+
+# ---------------------------------------------------------------------------------------
+# public functions
+
+
+def register() -> None:
+    """Register the ops with ``torch.library`` (once per process; imports torch)."""
+    global _library, _moe_gemm, _moe_gemm_out
+    if _moe_gemm is not None:
+        return
+    import torch
+
+    with _lock:
+        if _moe_gemm is not None:
+            return
+        namespace = getattr(torch.ops, NAMESPACE)
+        if not _defined(namespace, "moe_gemm"):  # (a reloaded module finds them defined)
+            library = torch.library.Library(NAMESPACE, "FRAGMENT")
+            for schema in SCHEMAS.values():
+                library.define(schema)
+            library.impl("moe_gemm", _moe_gemm_cuda, "CUDA")
+            library.impl("moe_gemm_out", _moe_gemm_out_cuda, "CUDA")
+            library.impl("moe_gemm", _moe_gemm_cpu, "CPU")
+            library.impl("moe_gemm_out", _moe_gemm_out_cpu, "CPU")
+            torch.library.register_fake(f"{NAMESPACE}::moe_gemm", _moe_gemm_fake, lib=library)
+            torch.library.register_fake(
+                f"{NAMESPACE}::moe_gemm_out", _moe_gemm_out_fake, lib=library
+            )
+            _library = library
+        _moe_gemm_out = namespace.moe_gemm_out
+        _moe_gemm = namespace.moe_gemm
+
+
+def moe_gemm(a, b, sfa, sfb, routing, layout: str = "contiguous"):
+    """C = A_e @ B_e^T for the rows the device ``routing`` gives each expert e; a new
+    float16 tensor (see the module docstring for the layouts)."""
+    if _moe_gemm is None:
+        register()
+    return _moe_gemm(a, b, sfa, sfb, routing, layout)
+
+
+def moe_gemm_out(a, b, sfa, sfb, routing, out, layout: str = "contiguous") -> None:
+    """:func:`moe_gemm` into ``out``, whose unrouted rows stay as they are."""
+    if _moe_gemm_out is None:
+        register()
+    _moe_gemm_out(a, b, sfa, sfb, routing, out, layout)
+
+
+class Routing(NamedTuple):
+    """The contiguous layout of one routing, all on the router's device.
+
+    Row i of A / C (the "permuted" rows, T * top_k of them) is slot ``order[i]`` of the
+    flattened (T, top_k) router output: token ``tokens[i]``, expert ``experts[i]``.
+    """
+
+    order: object  # int64 (T * top_k,): flat index token * top_k + j of row i
+    tokens: object  # int64 (T * top_k,): order // top_k
+    experts: object  # int64 (T * top_k,): expert of row i, non-decreasing
+    offsets: object  # int32 (E + 1,): expert e owns rows offsets[e] .. offsets[e + 1]
+    scale_rows: object  # int64 (T * top_k,): blocked SFA row of row i (128-padded segments)
+    scale_row_count: int  # rows of the blocked SFA buffer: contiguous_scale_rows(T*top_k, E)
+
+
+def route(top_experts, experts: int) -> Routing:
+    """Sort the router's (T, top_k) expert ids by expert and lay them out contiguously:
+    permutation, int32 offsets[E + 1] and each row's blocked scale row
+    (``scale_offsets[e] + i`` for the i-th row of expert e), with tensor ops only."""
+    import torch
+
+    flat = top_experts.reshape(-1)
+    rows = flat.shape[0]
+    top_k = top_experts.shape[-1] if top_experts.dim() > 1 else 1
+    order = torch.argsort(flat, stable=True)
+    by_expert = flat[order]
+    bounds = torch.arange(experts + 1, device=flat.device, dtype=by_expert.dtype)
+    offsets = torch.searchsorted(by_expert, bounds, out_int32=True)  # no bincount: no sync
+    counts = (offsets[1:] - offsets[:-1]).long()
+    padded = (counts + (SF_BLOCK_ROWS - 1)) // SF_BLOCK_ROWS * SF_BLOCK_ROWS
+    segment = torch.cumsum(padded, 0) - padded  # exclusive: scale_offsets(counts)
+    index = torch.arange(rows, device=flat.device)
+    scale_rows = segment[by_expert] + index - offsets.long()[by_expert]
+    return Routing(
+        order=order,
+        tokens=order // top_k,
+        experts=by_expert.long(),
+        offsets=offsets,
+        scale_rows=scale_rows,
+        scale_row_count=contiguous_scale_rows(rows, experts),
+    )
+
+
+def blocked_scales(scales, scale_rows, total_rows: int, out=None):
+    """Write row-major E4M3 scales (rows, k/16) into the blocked layout at the given rows.
+
+    Row i of ``scales`` becomes row ``scale_rows[i]`` of a blocked buffer of
+    ``total_rows`` rows (a multiple of 128); every other row is zero (E4M3 +0.0). With
+    :func:`route`'s ``scale_rows`` and ``scale_row_count`` this is the contiguous
+    layout's SFA. Returns ``out`` (uint8 or float8_e4m3fn, 1-D, ``total_rows *
+    round_up(k/16, 4)`` bytes) or a new uint8 tensor.
+    """
+    import torch
+
+    if total_rows % SF_BLOCK_ROWS:
+        raise InvalidProblemError(f"total_rows must be a multiple of 128, got {total_rows}")
+    cols = scales.shape[1]
+    padded_cols = round_up(cols, BLOCK_COLS)
+    rows = torch.zeros((total_rows, padded_cols), dtype=torch.uint8, device=scales.device)
+    source = scales.view(torch.uint8) if scales.dtype != torch.uint8 else scales
+    if padded_cols != cols:
+        source = torch.nn.functional.pad(source, (0, padded_cols - cols))
+    rows.index_copy_(0, scale_rows, source)
+    # row = tile * 128 + quarter * 32 + lane; col = col_tile * 4 + slot
+    # -> (tile, col_tile, lane, quarter, slot), as nvfp4_aot.layouts.scales_to_blocked
+    tiles = rows.view(total_rows // SF_BLOCK_ROWS, 4, 32, padded_cols // 4, 4)
+    tiles = tiles.permute(0, 3, 2, 1, 4)
+    if out is None:
+        return tiles.reshape(-1)
+    target = out.view(torch.uint8) if out.dtype != torch.uint8 else out
+    target.view(total_rows // SF_BLOCK_ROWS, padded_cols // 4, 32, 4, 4).copy_(tiles)
+    return out
+
+
+def plans() -> list:
+    """The plans the ops hold (for inspection)."""
+    return list(_plans.values())
+
+
+def release_plans() -> None:
+    """Close every plan the ops hold (waiting for their queued runs) and forget which
+    operands CUDA graphs captured. Only when no graph that captured an op will replay."""
+    with _lock:
+        held = list(_plans.values())
+        _plans.clear()
+        _captured.clear()
+    for plan in held:
+        plan.close()
+
+
+# ---------------------------------------------------------------------------------------
+# checks shared by every implementation
+
+
+def _defined(namespace, name: str) -> bool:
+    try:
+        getattr(namespace, name)
+    except (AttributeError, RuntimeError):
+        return False
+    return True
+
+
+def _dtypes():
+    import torch
+
+    fp4 = [torch.uint8, torch.int8]
+    if hasattr(torch, "float4_e2m1fn_x2"):
+        fp4.append(torch.float4_e2m1fn_x2)
+    scales = [torch.uint8, torch.float8_e4m3fn]
+    return tuple(fp4), tuple(scales)
+
+
+def _shape(t) -> tuple:
+    return tuple(t.shape)
+
+
+def _check(a, b, sfa, sfb, routing, out, layout: str, real: bool):
+    """(experts, n, k, capacity) of a call; raises InvalidProblemError naming the operand.
+    ``real``: also devices, contiguity and scale buffer sizes (not for fake tensors)."""
+    import torch
+
+    if layout not in LAYOUTS:
+        raise InvalidProblemError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    fp4, scale_types = _dtypes()
+    for name, t, allowed in (
+        ("a", a, fp4), ("b", b, fp4), ("sfa", sfa, scale_types), ("sfb", sfb, scale_types),
+        ("routing", routing, (torch.int32,)),
+    ):  # fmt: skip
+        if t.dtype not in allowed:
+            names = ", ".join(str(d).replace("torch.", "") for d in allowed)
+            raise InvalidProblemError(f"{name} must have dtype {names}, got {t.dtype}")
+    if out is not None and out.dtype != torch.float16:
+        raise InvalidProblemError(f"out must be float16, got {out.dtype}")
+    if b.dim() != 3:
+        raise InvalidProblemError(f"b must be (experts, n, k/2), got shape {_shape(b)}")
+    experts, n, half_k = b.shape
+    masked = layout == "masked"
+    if masked:
+        if a.dim() != 3 or a.shape[0] != experts or a.shape[2] != half_k:
+            raise InvalidProblemError(
+                f"a must be (experts={experts}, max_m, k/2={half_k}) for the masked layout, "
+                f"got shape {_shape(a)}"
+            )
+        capacity = a.shape[1]
+        c_shape = (experts, capacity, n)
+        r_shape, r_name = (experts,), "masked_m[E]"
+    else:
+        if a.dim() != 2 or a.shape[1] != half_k:
+            raise InvalidProblemError(
+                f"a must be (tokens, k/2={half_k}) for the contiguous layout, got shape {_shape(a)}"
+            )
+        capacity = a.shape[0]
+        c_shape = (capacity, n)
+        r_shape, r_name = (experts + 1,), "offsets[E + 1]"
+    if _shape(routing) != r_shape:
+        raise InvalidProblemError(
+            f"routing must be int32 {r_name} of shape {r_shape}, got {_shape(routing)}"
+        )
+    if out is not None and _shape(out) != c_shape:
+        raise InvalidProblemError(f"out must have shape {c_shape}, got {_shape(out)}")
+    if sfa.dim() != 1 or sfb.dim() != 1:
+        which = "sfa" if sfa.dim() != 1 else "sfb"
+        raise InvalidProblemError(f"{which} must be 1-D blocked scales (bytes)")
+    if not real:
+        return experts, n, 2 * half_k, capacity
+    device = a.device
+    for name, t in (("a", a), ("b", b), ("sfa", sfa), ("sfb", sfb), ("routing", routing),
+                    ("out", out)):  # fmt: skip
+        if t is None:
+            continue
+        if t.device != device:
+            raise InvalidProblemError(f"{name} is on {t.device}, a is on {device}")
+        if not t.is_contiguous():
+            raise InvalidProblemError(f"{name} must be contiguous, got strides {t.stride()}")
+    k = 2 * half_k
+    if k % SF_VEC_SIZE == 0 and capacity > 0:
+        need = _scale_bytes(experts, n, k, layout, capacity)
+        for name, t, bytes_needed in (("sfa", sfa, need[0]), ("sfb", sfb, need[1])):
+            if t.numel() < bytes_needed:
+                raise InvalidProblemError(
+                    f"{name} must hold at least {bytes_needed} bytes of blocked scales, "
+                    f"got {t.numel()}"
+                )
+    return experts, n, k, capacity
+
+
+_SCALE_BYTES: dict[tuple, tuple[int, int]] = {}
+
+
+def _scale_bytes(experts, n, k, layout, capacity) -> tuple[int, int]:
+    key = (experts, n, k, layout, capacity)
+    need = _SCALE_BYTES.get(key)
+    if need is None:
+        if layout == "contiguous":
+            sfa = contiguous_scale_rows(capacity, experts) * round_up(k // SF_VEC_SIZE, 4)
+        else:
+            sfa = experts * blocked_scale_bytes(capacity, k)
+        need = _SCALE_BYTES[key] = (sfa, experts * blocked_scale_bytes(n, k))
+    return need
+
+
+# ---------------------------------------------------------------------------------------
+# implementations
+
+
+def _moe_gemm_fake(a, b, sfa, sfb, routing, layout="contiguous"):
+    import torch
+
+    experts, n, _k, capacity = _check(a, b, sfa, sfb, routing, None, layout, real=False)
+    shape = (experts, capacity, n) if layout == "masked" else (capacity, n)
+    return a.new_empty(shape, dtype=torch.float16)
+
+
+def _moe_gemm_out_fake(a, b, sfa, sfb, routing, out, layout="contiguous"):
+    _check(a, b, sfa, sfb, routing, out, layout, real=False)
+
+
+def _moe_gemm_cuda(a, b, sfa, sfb, routing, layout="contiguous"):
+    out = _moe_gemm_fake(a, b, sfa, sfb, routing, layout)
+    _moe_gemm_out_cuda(a, b, sfa, sfb, routing, out, layout)
+    return out
+
+
+def _moe_gemm_out_cuda(a, b, sfa, sfb, routing, out, layout="contiguous"):
+    import torch
+
+    experts, n, k, capacity = _check(a, b, sfa, sfb, routing, out, layout, real=True)
+    if capacity == 0:
+        return  # no rows: nothing to write
+    device = a.device
+    pointers = (
+        a.data_ptr(), b.data_ptr(), out.data_ptr(), sfa.data_ptr(), sfb.data_ptr(),
+        routing.data_ptr(),
+    )  # fmt: skip
+    key = (device.index, experts, n, k, layout, capacity, pointers[1], pointers[4])
+    capturing = torch.cuda.is_current_stream_capturing()
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _new_plan(key, capturing)
+    if capturing:
+        _claim_graph_slot(key, pointers)
+    plan.run(*pointers, stream=torch.cuda.current_stream(device).cuda_stream)
+
+
+def _new_plan(key: tuple, capturing: bool):
+    device, experts, n, k, layout, capacity, _b, _sfb = key
+    if capturing:
+        raise RuntimeError(
+            f"nvfp4_aot::moe_gemm: no plan yet for {experts} experts, n={n}, k={k}, "
+            f"{layout}, capacity {capacity} with these expert weights; a plan cannot be "
+            "created during CUDA graph capture: run the module once eagerly before capturing"
+        )
+    from .moe import MoeGemmPlan
+
+    plan = MoeGemmPlan(experts, n, k, layout=layout, capacity=capacity, device=device)
+    evict = []
+    with _lock:
+        existing = _plans.get(key)
+        if existing is not None:
+            evict.append(plan)
+            plan = existing
+        else:
+            _plans[key] = plan
+            if len(_plans) > MAX_PLANS:  # weights freed and reallocated elsewhere, mostly
+                for old in list(_plans):
+                    if len(_plans) <= MAX_PLANS:
+                        break
+                    if old not in _captured:
+                        evict.append(_plans.pop(old))
+    for old in evict:
+        old.close()
+    return plan
+
+
+def _claim_graph_slot(key: tuple, pointers: tuple) -> None:
+    with _lock:
+        held = _captured.setdefault(key, pointers)
+    if held != pointers:
+        device, experts, n, k, layout, capacity, _b, _sfb = key
+        raise RuntimeError(
+            f"nvfp4_aot::moe_gemm: the plan for {experts} experts, n={n}, k={k}, {layout}, "
+            f"capacity {capacity} with these expert weights was already captured into a CUDA "
+            "graph with other operand addresses (a plan has one graph slot, and that graph "
+            "would replay with these): give the call the same static buffers in every graph, "
+            "or call nvfp4_aot.torch_ops.release_plans() once the old graphs are destroyed"
+        )
+
+
+def _moe_gemm_cpu(a, b, sfa, sfb, routing, layout="contiguous"):
+    out = _moe_gemm_fake(a, b, sfa, sfb, routing, layout)
+    out.fill_(float("nan"))  # unrouted rows: as unspecified as on the GPU, but visible
+    _moe_gemm_out_cpu(a, b, sfa, sfb, routing, out, layout)
+    return out
+
+
+def _moe_gemm_out_cpu(a, b, sfa, sfb, routing, out, layout="contiguous"):
+    """The float64 reference of the kernel, on CPU tensors (numpy)."""
+    import numpy as np
+    import torch
+
+    from .layouts import blocked_to_scales
+    from .reference import dequantize
+
+    experts, n, k, capacity = _check(a, b, sfa, sfb, routing, out, layout, real=True)
+
+    def host(t):
+        return (t.view(torch.uint8) if t.dtype != torch.uint8 else t).numpy()
+
+    cols = k // SF_VEC_SIZE
+    row_bytes = round_up(cols, 4)
+    a_host, b_host = host(a), host(b)
+    sfa_host, sfb_host = host(sfa), host(sfb)
+    values = routing.numpy().astype(np.int64)
+    b_expert_bytes = blocked_scale_bytes(n, k)
+    if layout == "masked":
+        if (values < 0).any():
+            raise InvalidProblemError(f"routing: masked_m must be >= 0, got {values}")
+        counts = np.minimum(values, capacity)
+        starts = [0] * experts
+        a_rows = [a_host[e] for e in range(experts)]
+        sfa_at = [e * blocked_scale_bytes(capacity, k) for e in range(experts)]
+    else:
+        counts = np.diff(values)
+        if values[0] != 0 or (counts < 0).any() or values[-1] > capacity:
+            raise InvalidProblemError(
+                f"routing: offsets must rise from 0 to at most {capacity}, got {values}"
+            )
+        starts = values[:-1]
+        a_rows = [a_host] * experts
+        sfa_at = [row * row_bytes for row in scale_offsets(counts)]
+    for e in range(experts):
+        m, start = int(counts[e]), int(starts[e])
+        if m == 0:
+            continue
+        segment = sfa_host[sfa_at[e] : sfa_at[e] + round_up(m, 128) * row_bytes]
+        a64 = dequantize(a_rows[e][start : start + m], blocked_to_scales(segment, m, cols))
+        b_scales = sfb_host[e * b_expert_bytes : (e + 1) * b_expert_bytes]
+        b64 = dequantize(b_host[e], blocked_to_scales(b_scales, n, cols))
+        c = torch.from_numpy((a64 @ b64.T).astype(np.float16))
+        if layout == "masked":
+            out[e, :m] = c
+        else:
+            out[start : start + m] = c
+
+
+if "torch" in sys.modules:  # torch is there already: registering costs no import
+    register()

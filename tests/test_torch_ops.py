@@ -1,0 +1,349 @@
+"""nvfp4_aot.torch_ops without a GPU: no torch at import; with a (CPU) torch, the ops'
+registration, fake implementation, checks, CPU float64 reference, torch.compile tracing,
+the GPU routing helpers (run on CPU tensors) and the torch example's layer.
+
+Everything but the import test needs torch and is skipped without it (CI has none; a CPU
+torch in another venv runs them: ``pip install torch`` there, then pytest this file).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from nvfp4_aot.blocked import blocked_scale_bytes
+from nvfp4_aot.errors import InvalidProblemError
+from nvfp4_aot.layouts import random_problem, scales_to_blocked
+from nvfp4_aot.moe_data import ROUTING_KINDS, MoeProblem, random_counts
+from nvfp4_aot.moe_layout import contiguous_scale_rows, scale_offsets
+from nvfp4_aot.reference import relative_error
+from support import REPO
+
+TOLERANCE = 1e-3
+
+
+def test_import_needs_no_torch():
+    """Importing torch_ops (and reading its helpers) imports no torch."""
+    script = textwrap.dedent(
+        """
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "torch":
+                    raise ImportError(f"{name} is blocked in this test")
+        sys.meta_path.insert(0, Block())
+        import nvfp4_aot.torch_ops as ops
+        assert callable(ops.moe_gemm) and callable(ops.route) and ops.plans() == []
+        assert "torch" not in sys.modules
+        try:
+            ops.register()
+        except ImportError as exc:
+            assert "blocked" in str(exc)
+        else:
+            raise AssertionError("register() did not need torch")
+        print("ok")
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+@pytest.fixture(scope="module")
+def torch():
+    torch = pytest.importorskip("torch")
+    from nvfp4_aot import torch_ops
+
+    torch_ops.register()
+    return torch
+
+
+@pytest.fixture(scope="module")
+def ops(torch):
+    from nvfp4_aot import torch_ops
+
+    return torch_ops
+
+
+def tensors(torch, problem: MoeProblem, routing):
+    """(a, b, sfa, sfb, routing) of a MoeProblem routing as CPU tensors."""
+    e, n, k = problem.experts, problem.n, problem.k
+    a = torch.from_numpy(problem.a.copy())
+    if problem.layout == "masked":
+        a = a.reshape(e, problem.capacity, k // 2)
+    b = torch.from_numpy(problem.b.copy()).reshape(e, n, k // 2)
+    return (
+        a, b, torch.from_numpy(routing.sfa.copy()), torch.from_numpy(problem.sfb.copy()),
+        torch.from_numpy(routing.routing.copy()),
+    )  # fmt: skip
+
+
+def test_ops_registered(torch, ops):
+    schema = str(torch.ops.nvfp4_aot.moe_gemm.default._schema)
+    assert schema.startswith("nvfp4_aot::moe_gemm(Tensor a, Tensor b, Tensor sfa")
+    assert "Tensor(a!) out" in str(torch.ops.nvfp4_aot.moe_gemm_out.default._schema)
+    ops.register()  # idempotent
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "masked"])
+def test_cpu_reference_matches_moe_problem(torch, ops, layout):
+    """The CPU implementation reads the layouts as moe_data writes them."""
+    rng = np.random.default_rng(5)
+    experts, n, k, capacity = 5, 64, 128, (300 if layout == "contiguous" else 140)
+    problem = MoeProblem(experts, n, k, layout, capacity, rng)
+    for kind in ROUTING_KINDS:
+        total = capacity if layout == "contiguous" else experts * capacity
+        counts = random_counts(kind, experts, int(rng.integers(0, total + 1)), rng)
+        if layout == "contiguous":
+            counts[0] = 0  # an empty first expert as well
+        routing = problem.routing(counts)
+        a, b, sfa, sfb, r = tensors(torch, problem, routing)
+        out = torch.full(a.shape[:-1] + (n,), -1, dtype=torch.int16).view(torch.float16)
+        ops.moe_gemm_out(a, b, sfa, sfb, r, out, layout)
+        flat = out.reshape(-1, n)
+        functional = ops.moe_gemm(a, b, sfa, sfb, r, layout).reshape(-1, n)
+        written = np.zeros(flat.shape[0], dtype=bool)
+        for e, (start, stop) in enumerate(routing.row_ranges):
+            if stop > start:
+                written[start:stop] = True
+                ref = problem.reference(routing, e)
+                assert relative_error(flat[start:stop].numpy(), ref) <= TOLERANCE, (kind, e)
+                assert torch.equal(functional[start:stop], flat[start:stop])
+        assert (flat.view(torch.int16)[torch.from_numpy(~written)] == -1).all(), kind
+
+
+def test_route_matches_the_layout(torch, ops):
+    """route(): the permutation sorts by expert (stable), offsets and blocked scale rows
+    follow scale_offsets(); blocked_scales() writes what moe_data writes."""
+    rng = np.random.default_rng(7)
+    tokens, top_k, experts, k = 300, 4, 40, 256
+    top = np.stack([rng.choice(experts, size=top_k, replace=False) for _ in range(tokens)])
+    top[top == 3] = 4  # expert 3 empty (ties within a token are fine for the layout)
+    r = ops.route(torch.from_numpy(top), experts)
+    flat = top.reshape(-1)
+    order = np.argsort(flat, kind="stable")
+    counts = np.bincount(flat, minlength=experts)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    assert r.offsets.dtype == torch.int32
+    assert np.array_equal(r.offsets.numpy(), offsets)
+    assert np.array_equal(r.order.numpy(), order)
+    assert np.array_equal(r.tokens.numpy(), order // top_k)
+    assert np.array_equal(r.experts.numpy(), flat[order])
+    starts = scale_offsets(counts)
+    expected_rows = [starts[e] + i for e in range(experts) for i in range(counts[e])]
+    assert r.scale_rows.tolist() == expected_rows
+    assert r.scale_row_count == contiguous_scale_rows(tokens * top_k, experts)
+
+    scales = random_problem(tokens * top_k, 32, k, rng).sfa.copy()  # row-major (rows, k/16)
+    blocked = ops.blocked_scales(torch.from_numpy(scales), r.scale_rows, r.scale_row_count)
+    row_bytes = k // 16
+    expected = np.zeros(r.scale_row_count * row_bytes, dtype=np.uint8)
+    for e in range(experts):
+        if counts[e]:
+            block = scales_to_blocked(scales[offsets[e] : offsets[e + 1]])
+            expected[starts[e] * row_bytes : starts[e] * row_bytes + block.size] = block
+    assert np.array_equal(blocked.numpy(), expected)
+    into = torch.full((expected.size,), 7, dtype=torch.uint8).view(torch.float8_e4m3fn)
+    ops.blocked_scales(torch.from_numpy(scales), r.scale_rows, r.scale_row_count, out=into)
+    assert np.array_equal(into.view(torch.uint8).numpy(), expected)
+
+
+def test_blocked_scales_pads_columns(torch, ops):
+    scales = np.arange(5 * 3, dtype=np.uint8).reshape(5, 3) + 1
+    rows = torch.arange(5)
+    blocked = ops.blocked_scales(torch.from_numpy(scales), rows, 128)
+    assert np.array_equal(blocked.numpy(), scales_to_blocked(scales))
+
+
+def fake_operands(torch, layout, experts=6, n=64, k=128, capacity=200, device="cpu"):
+    if layout == "contiguous":
+        a = torch.empty((capacity, k // 2), dtype=torch.uint8, device=device)
+        sfa_rows = contiguous_scale_rows(capacity, experts)
+        routing = torch.empty(experts + 1, dtype=torch.int32, device=device)
+    else:
+        a = torch.empty((experts, capacity, k // 2), dtype=torch.uint8, device=device)
+        sfa_rows = experts * -(-capacity // 128) * 128
+        routing = torch.empty(experts, dtype=torch.int32, device=device)
+    b = torch.empty((experts, n, k // 2), dtype=torch.uint8, device=device)
+    sfa = torch.empty(sfa_rows * k // 16, dtype=torch.float8_e4m3fn, device=device)
+    sfb = torch.empty(experts * blocked_scale_bytes(n, k), dtype=torch.uint8, device=device)
+    return a, b, sfa, sfb, routing
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "masked"])
+def test_fake_impl_gives_the_shape(torch, ops, layout):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        operands = fake_operands(torch, layout)
+        c = torch.ops.nvfp4_aot.moe_gemm(*operands, layout)
+        expected = (6, 200, 64) if layout == "masked" else (200, 64)
+        assert tuple(c.shape) == expected and c.dtype == torch.float16
+        out = torch.empty(expected, dtype=torch.float16)
+        torch.ops.nvfp4_aot.moe_gemm_out(*operands, out, layout)
+        with pytest.raises(InvalidProblemError, match=r"routing must be int32"):
+            a, b, sfa, sfb, routing = operands
+            torch.ops.nvfp4_aot.moe_gemm(a, b, sfa, sfb, routing[:-1], layout)
+    assert mode is not None
+
+
+def test_meta_tensors(torch, ops):
+    operands = fake_operands(torch, "contiguous", device="meta")
+    c = ops.moe_gemm(*operands)
+    assert c.device.type == "meta" and tuple(c.shape) == (200, 64)
+
+
+BAD = [  # (field, change, message)
+    ("a", lambda t: t[:, :-1], r"a must be \(tokens, k/2=64\)"),
+    ("a", lambda t: t.new_zeros(200, 128)[:, :64], r"a must be contiguous"),
+    ("b", lambda t: t[0], r"b must be \(experts, n, k/2\)"),
+    ("b", lambda t: t.float(), r"b must have dtype uint8"),
+    ("sfa", lambda t: t[:-1], r"sfa must hold at least 7168 bytes"),
+    ("sfb", lambda t: t.reshape(6, -1), r"sfb must be 1-D"),
+    ("routing", lambda t: t.long(), r"routing must have dtype int32"),
+    ("out", lambda t: t.float(), r"out must be float16"),
+    ("out", lambda t: t[:-1], r"out must have shape \(200, 64\)"),
+]
+
+
+@pytest.mark.parametrize(
+    "field,change,message", BAD, ids=[f"{b[0]}-{i}" for i, b in enumerate(BAD)]
+)
+def test_bad_operands_name_the_field(torch, ops, field, change, message):
+    a, b, sfa, sfb, routing = fake_operands(torch, "contiguous")
+    operands = [
+        torch.zeros_like(a), torch.zeros_like(b), torch.zeros(sfa.numel(), dtype=torch.uint8),
+        torch.zeros_like(sfb), torch.zeros_like(routing),
+    ]  # fmt: skip
+    out = torch.zeros((200, 64), dtype=torch.float16)
+    if field == "out":
+        out = change(out)
+    else:
+        index = ["a", "b", "sfa", "sfb", "routing"].index(field)
+        operands[index] = change(operands[index])
+    with pytest.raises(InvalidProblemError, match=message):
+        ops.moe_gemm_out(*operands, out)
+    with pytest.raises(InvalidProblemError, match="layout must be one of"):
+        ops.moe_gemm(*fake_operands(torch, "contiguous"), "ragged")
+
+
+def test_compile_fullgraph_traces_the_ops(torch, ops):
+    """torch.compile(fullgraph=True) of a function calling both ops (aot_eager: the
+    fake implementations, functionalisation of moe_gemm_out; CPU reference at run)."""
+    rng = np.random.default_rng(11)
+    problem = MoeProblem(4, 64, 128, "contiguous", 256, rng)
+    routing = problem.routing(random_counts("skewed", 4, 200, rng))
+    a, b, sfa, sfb, r = tensors(torch, problem, routing)
+
+    def layer(a, b, sfa, sfb, r):
+        c = ops.moe_gemm(a, b, sfa, sfb, r)
+        out = torch.zeros_like(c)
+        ops.moe_gemm_out(a, b, sfa, sfb, r, out)
+        return c[:200].float() * 2, out
+
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    got, out = compiled(a, b, sfa, sfb, r)
+    want, want_out = layer(a, b, sfa, sfb, r)
+    assert torch.equal(got, want) and torch.equal(out, want_out)
+
+
+def _load_example():
+    spec = importlib.util.spec_from_file_location("torch_moe", REPO / "examples/torch_moe.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["random-router", "two-experts"])
+def test_example_layer_on_cpu(torch, ops, bias, capsys):
+    """The example's layer, run on CPU tensors through the CPU reference op, checked as
+    the example checks it: its routing, quantiser and scale layout are right."""
+    example = _load_example()
+    torch.manual_seed(3)
+    experts, hidden, ffn, tokens, top_k = 7, 128, 64, 90, 2
+    router = torch.randn(hidden, experts) / hidden**0.5
+    w1 = torch.randn(experts, 2 * ffn, hidden) / hidden**0.5
+    w2 = torch.randn(experts, hidden, ffn) / ffn**0.5
+    layer = example.make_layer_class()(router, w1, w2, top_k)
+    layer.w1_float, layer.w2_float = w1.double().numpy(), w2.double().numpy()
+    if bias:
+        layer.router_bias[:top_k] = 100.0
+    x = torch.randn(tokens, hidden)
+    y, trace = layer(x)
+    assert example.check(example.HostWeights(layer), y, trace, "cpu", x=x, layer=layer)
+    assert "MISMATCH" not in capsys.readouterr().out
+    # and against the unquantised float64 layer, loosely (FP4 error)
+    assert relative_error(y.double().numpy(), example.exact_layer(layer, x)) < 0.5
+
+
+class RecordingPlan:
+    """Stands in for MoeGemmPlan in the CUDA implementation's bookkeeping test."""
+
+    made: list = []
+
+    def __init__(self, experts, n, k, *, layout, capacity, device):
+        self.key = (experts, n, k, layout, capacity, device)
+        self.runs, self.closed = [], False
+        RecordingPlan.made.append(self)
+
+    def run(self, *pointers, stream):
+        self.runs.append((pointers, stream))
+
+    def close(self):
+        self.closed = True
+
+
+def test_cuda_path_plans_and_graph_slots(torch, ops, monkeypatch):
+    """The CUDA implementation's host side on CPU tensors, with the plan and torch.cuda
+    stubbed: one plan per (shape, expert weights), pointers and the current stream
+    passed through, graph slots claimed once per plan."""
+    from nvfp4_aot import moe
+
+    capturing = [False]
+    monkeypatch.setattr(moe, "MoeGemmPlan", RecordingPlan)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    monkeypatch.setattr(
+        torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": 77})()
+    )
+    RecordingPlan.made = []
+    ops.release_plans()
+    a, b, sfa, sfb, routing = (
+        torch.zeros(t.shape, dtype=t.dtype) for t in fake_operands(torch, "contiguous")
+    )
+    out = torch.zeros((200, 64), dtype=torch.float16)
+    run = ops._moe_gemm_out_cuda
+    run(a, b, sfa, sfb, routing, out)
+    run(a, b, sfa, sfb, routing, out)
+    assert len(RecordingPlan.made) == 1
+    plan = RecordingPlan.made[0]
+    assert plan.key == (6, 64, 128, "contiguous", 200, None)  # CPU tensors: index None
+    pointers = (a.data_ptr(), b.data_ptr(), out.data_ptr(), sfa.data_ptr(), sfb.data_ptr(),
+                routing.data_ptr())  # fmt: skip
+    assert plan.runs == [(pointers, 77)] * 2
+    b2 = b.clone()
+    run(a, b2, sfa, sfb, routing, out)  # other expert weights: another plan
+    assert len(RecordingPlan.made) == 2 and ops.plans() == RecordingPlan.made
+
+    capturing[0] = True
+    run(a, b, sfa, sfb, routing, out)  # claims the first plan's graph slot
+    run(a, b, sfa, sfb, routing, out)  # the same operands again: fine
+    with pytest.raises(RuntimeError, match="already captured into a CUDA graph"):
+        run(a, b, sfa, sfb, routing, out.clone())
+    with pytest.raises(RuntimeError, match="run the module once eagerly"):
+        run(a, b.clone(), sfa, sfb, routing, out)
+    assert len(plan.runs) == 4
+    capturing[0] = False
+    ops.release_plans()
+    assert all(p.closed for p in RecordingPlan.made) and ops.plans() == []
+    run(a, b, sfa, sfb, routing, out.clone())  # after release: a new plan, no conflict
+    assert len(RecordingPlan.made) == 3
+    ops.release_plans()
