@@ -19,8 +19,23 @@ FP4, B is (n, k/2), C is (m, n) float16, SFA/SFB are ``blocked_scale_bytes(rows,
 bytes of E4M3 scales in the blocked layout (``nvfp4_aot.layouts.scales_to_blocked``).
 The stream may be a ``CUstream`` (as here), an int handle or None (legacy default).
 
+Then the mixture-of-experts call with the routing on the GPU (contiguous layout,
+``nvfp4_aot/moe.py``): ONE pointer per operand, whatever the routing::
+
+    plan = nvfp4_aot.MoeGemmPlan(E, n, k, layout="contiguous", capacity=T, device=dev)
+    plan.run(a, b, c, sfa, sfb, offsets, stream=stream)
+    # a: T x k/2 bytes, expert e's tokens at rows offsets[e] .. offsets[e+1]
+    # b: E x n x k/2 bytes; sfb: E x blocked_scale_bytes(n, k)
+    # c: T x n float16; sfa: contiguous_scale_rows(T, E) x round_up(k/16, 4) bytes,
+    #    expert e's blocked scales from row scale_offsets(counts)[e]
+    # offsets: int32[E + 1] in device memory, read only by the GPU
+
+A new routing is new contents at ``offsets`` and ``sfa`` (from
+``nvfp4_aot.moe_data.MoeProblem`` here); the same plan runs it.
+
 The runtime uses the device's primary context, which is the one made current here.
-Exits 1 if any group's relative error exceeds 1e-3 or its output is not finite.
+Exits 1 if any group's or expert's relative error exceeds 1e-3 or its output is not
+finite, or if the MoE run wrote a row no expert owns.
 """
 
 from __future__ import annotations
@@ -32,10 +47,12 @@ import numpy as np
 
 import nvfp4_aot
 from nvfp4_aot.layouts import random_problem
+from nvfp4_aot.moe_data import MoeProblem, random_counts
 from nvfp4_aot.reference import reference_gemm, relative_error
 
 TOLERANCE = 1e-3
 SIZES = [(128, 256, 512), (1, 32, 32), (200, 96, 288), (64, 128, 7168), (300, 512, 256)]
+MOE = (130, 128, 256, 700)  # experts (more than one launch holds), n, k, capacity T
 
 
 def check(result):
@@ -97,6 +114,36 @@ def main(argv=None) -> int:
             failures += not ok
             print(f"  group {g} (m={p.m}, n={p.n}, k={p.k}): rel err {error:.2e} "
                   f"{'ok' if ok else 'MISMATCH'}")  # fmt: skip
+
+        # MoE, contiguous layout: one pointer per operand, the routing on the device
+        e, n, k, capacity = MOE
+        moe = MoeProblem(e, n, k, "contiguous", capacity, rng)
+        routing = moe.routing(random_counts("skewed", e, capacity - 37, rng))
+        moe_a, moe_b, moe_sfb = upload(moe.a), upload(moe.b), upload(moe.sfb)
+        moe_sfa, offsets = upload(routing.sfa), upload(routing.routing)  # a router's output
+        moe_c = check(cu.cuMemAlloc(capacity * n * 2))
+        allocations.append(moe_c)
+        check(cu.cuMemsetD16Async(moe_c, 0xFFFF, capacity * n, stream))
+        with nvfp4_aot.MoeGemmPlan(e, n, k, layout="contiguous", capacity=capacity,
+                                   device=args.device) as plan:  # fmt: skip
+            plan.run(moe_a, moe_b, int(moe_c), moe_sfa, moe_sfb, offsets, stream=stream)
+            check(cu.cuStreamSynchronize(stream))
+            print(f"raw pointers: {plan!r}")
+        out = np.empty((capacity, n), dtype=np.float16)
+        check(cu.cuMemcpyDtoH(out.ctypes.data, moe_c, out.nbytes))
+        bad = []
+        for expert, (start, stop) in enumerate(routing.row_ranges):
+            if stop > start:
+                error = relative_error(out[start:stop], moe.reference(routing, expert))
+                if not error <= TOLERANCE:
+                    bad.append(f"expert {expert}: rel err {error:.2e}")
+        routed = int(routing.routing[-1])
+        if not np.isnan(out[routed:]).all():
+            bad.append(f"rows {routed}.. (no expert's) were written")
+        active = int((routing.counts > 0).sum())
+        print(f"  MoE: {routed} tokens to {active}/{e} experts: "
+              + ("ok" if not bad else "MISMATCH " + "; ".join(bad)))  # fmt: skip
+        moe_failures = int(bool(bad))
     finally:
         for pointer in allocations:
             check(cu.cuMemFree(pointer))
@@ -104,7 +151,8 @@ def main(argv=None) -> int:
         check(cu.cuDevicePrimaryCtxRelease(check(cu.cuDeviceGet(args.device))))
 
     print(f"{len(problems) - failures}/{len(problems)} groups match the float64 reference")
-    return 1 if failures else 0
+    print(f"MoE contiguous: {1 - moe_failures}/1 routings match the float64 reference")
+    return 1 if failures or moe_failures else 0
 
 
 if __name__ == "__main__":
