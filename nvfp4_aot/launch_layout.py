@@ -7,7 +7,7 @@ and take no place in any launch). Its one device allocation holds, in order::
     [sizes 0][prefix 0][sizes 1][prefix 1]...   per sub-launch, uploaded once at creation
     [workspace]                                 tensormap workspace of eager runs
     [graph workspace]                           the same for CUDA graph replays
-    [slot 0][slot 1]...[slot R-1][graph slot]   pointer tables: a ring, plus one for graphs
+    [slot 0]...[slot R-1][capture slots]        pointer tables: a ring, then one per capture
 
 A slot holds, per sub-launch, the A/B/C pointer table (3 int64 per baked group) and the
 SFA/SFB table (2 int64 per baked group); the words of padding groups stay zero.
@@ -89,6 +89,7 @@ class LaunchLayout:
     launches: tuple[SubLaunch, ...]
     variants: tuple[Variant, ...]  # one per launch
     ring_slots: int
+    capture_slots: int  # runs recorded into CUDA graphs, each with a table of its own
     workspace_bytes: int  # one workspace (eager or graph), the largest sub-launch's need
     workspace_offset: int
     graph_workspace_offset: int
@@ -98,8 +99,9 @@ class LaunchLayout:
 
     @classmethod
     def build(
-        cls, problem_sizes, variants: dict[int, Variant], sm_count: int, ring_slots: int
-    ) -> LaunchLayout:
+        cls, problem_sizes, variants: dict[int, Variant], sm_count: int, ring_slots: int,
+        capture_slots: int = 8,
+    ) -> LaunchLayout:  # fmt: skip
         """Lay out checked ``problem_sizes`` over one family's ``variants`` (by group count)."""
         live = [g for g, (m, _n, _k, _l) in enumerate(problem_sizes) if m > 0]
         launches, chosen, offset, slot_bytes, workspace = [], [], 0, 0, 0
@@ -136,22 +138,23 @@ class LaunchLayout:
             launches=tuple(launches),
             variants=tuple(chosen),
             ring_slots=ring_slots,
+            capture_slots=capture_slots,
             workspace_bytes=workspace,
             workspace_offset=offset,
             graph_workspace_offset=graph_workspace_offset,
             ring_offset=ring_offset,
             slot_bytes=slot_bytes,
-            device_bytes=ring_offset + (ring_slots + 1) * slot_bytes,
+            device_bytes=ring_offset + (ring_slots + capture_slots) * slot_bytes,
         )
 
     @property
     def graph_slot(self) -> int:
-        """The slot CUDA graph captures use (after the ring's)."""
+        """The first capture slot (after the ring's)."""
         return self.ring_slots
 
     @property
     def slots(self) -> int:
-        return self.ring_slots + 1
+        return self.ring_slots + self.capture_slots
 
     def zero_once(self) -> list[tuple[int, int]]:
         """``(offset, bytes)`` to zero before the first launch: both workspaces (eager and
@@ -184,7 +187,7 @@ class LaunchLayout:
     def kernel_inputs(self, launch: SubLaunch, base: int, slot: int) -> dict[str, int]:
         """The kernel inputs of ``launch`` from ``slot``, the device buffer at ``base``."""
         slot_base = base + self.slot_offset(slot)
-        graph = slot == self.graph_slot
+        graph = slot >= self.graph_slot
         return {
             "problem_sizes": base + launch.sizes_offset,
             "abc_pointers": slot_base + launch.abc_offset,

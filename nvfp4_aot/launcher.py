@@ -28,12 +28,17 @@ over several sub-launches) are recorded at creation, per ring slot, into one CUD
 with the slot's copy, so that an eager run costs one ``cuGraphLaunch`` whatever the
 number of launches.
 
-CUDA graphs. A run inside stream capture uses the graph slot (and, through the layout's
-kernel inputs, the graph's own workspace and tables), so replays never share them with
-eager runs; the captured copy reads the graph slot's pinned staging at each replay,
-which :meth:`Launcher.stage_graph` rewrites between replays.
+CUDA graphs. A run inside stream capture takes a capture slot of its own (and, through
+the layout's kernel inputs, the graphs' workspace and tables), so replays never share
+them with eager runs, and two captured runs of one plan (two layers of one shape in one
+graph, say) keep their own operands; the captured copy reads the slot's pinned staging
+at each replay, which :meth:`Launcher.stage_graph` rewrites between replays. Captured
+runs of one plan share the graphs' workspace, so like eager runs they must run one after
+another (one stream, or ordered by events). When every capture slot is taken, a further
+capture is refused with an error until :meth:`Launcher.release_capture_slots`.
 
-The layout protocol: ``ring_slots``, ``slots`` (ring + graph), ``graph_slot``,
+The layout protocol: ``ring_slots``, ``capture_slots``, ``slots`` (ring + capture),
+``graph_slot`` (the first capture slot),
 ``slot_bytes``, ``device_bytes``, ``slot_offset(slot)``, ``static_tables(base)`` (the
 bytes at offset 0 of the buffer at ``base``), ``zero_once()`` (``(offset, bytes)`` regions zeroed before any launch),
 ``launches`` (each with a ``grid``) and ``kernel_inputs(launch, base, slot)``.
@@ -77,6 +82,8 @@ class Launcher:
             raise
         self.ring_slots = layout.ring_slots
         self.graph_slot = layout.graph_slot
+        self._captures = 0  # capture slots taken
+        self._last_capture = layout.graph_slot  # the slot stage_graph rewrites
         # which run last used each slot, the newest run known complete
         self._slot_seq = [0] * self.ring_slots
         self._seq = 0
@@ -222,18 +229,34 @@ class Launcher:
                 self._last_stream = stream
 
     def stage_graph(self, table: bytes) -> None:
-        """Rewrite the graph slot's pinned staging, which a captured run's copy reads at
-        each replay (call it while no replay is pending)."""
+        """Rewrite the pinned staging of the most recently captured run, which its copy
+        reads at each replay (call it while no replay is pending)."""
         with self._lock:
             if self.closed:
                 raise Nvfp4Error("the plan is closed")
-            self._staging[self.graph_slot][:] = table
+            self._staging[self._last_capture][:] = table
+
+    def release_capture_slots(self) -> None:
+        """Make every capture slot free again: call it only once no graph holding a
+        captured run of this plan will be launched again (destroyed, or re-captured)."""
+        with self._lock:
+            self._captures = 0
 
     def _launch_captured(self, table: bytes, stream: int) -> None:
-        """A run recorded into a CUDA graph: the graph slot, no ring events."""
+        """A run recorded into a CUDA graph: a capture slot of its own, no ring events."""
+        taken = self._captures
+        if taken == self.layout.capture_slots:
+            raise Nvfp4Error(
+                f"this plan has been captured into CUDA graphs {taken} times, each run keeping "
+                "its operands in a capture slot of its own; once the graphs holding those "
+                "runs are destroyed call release_graph_slots(), or make the plan with "
+                f"capture_slots > {taken}"
+            )
         calls = self._calls
         calls.set_context(self._context)  # as eager runs: the plan's device current
-        slot = self.graph_slot
+        slot = self.graph_slot + taken
+        self._captures = taken + 1
+        self._last_capture = slot
         self._stage(slot, table, stream)
         for spec, params in zip(self._launch_specs, self._params[slot]):
             calls.launch(spec, stream, params)
@@ -249,7 +272,7 @@ class Launcher:
                 self.slot_address(slot), self._staging_addresses[slot],
                 self.layout.slot_bytes, stream,
             )  # fmt: skip
-        if slot < self.ring_slots:  # a ring slot (not the graph slot) now holds this table
+        if slot < self.ring_slots:  # a ring slot (not a capture slot) now holds this table
             self._table_slot.pop(self._slot_table[slot], None)
             self._slot_table[slot] = table
             self._table_slot[table] = slot

@@ -78,16 +78,19 @@ class MoeGemmPlan:
         See the module docstring.
     capacity : int
         Most rows a run may route: tokens T (contiguous) or max_m per expert (masked).
-    device, artifacts, ring_slots, kernel
+    device, artifacts, ring_slots, kernel, capture_slots
         As for :class:`nvfp4_aot.GroupedGemmPlan`.
     """
 
     def __init__(
         self, experts: int, n: int, k: int, *, layout: str = "contiguous", capacity: int,
         device: int = 0, artifacts=None, ring_slots: int = 8, kernel: str | None = None,
+        capture_slots: int = 8,
     ):  # fmt: skip
         if ring_slots < 1:
             raise ValueError(f"ring_slots must be >= 1, got {ring_slots}")
+        if capture_slots < 1:
+            raise ValueError(f"capture_slots must be >= 1, got {capture_slots}")
         check_moe_problem(experts, n, k, layout, capacity)
         self.experts, self.n, self.k = experts, n, k
         self.layout_name, self.capacity = layout, capacity
@@ -102,7 +105,7 @@ class MoeGemmPlan:
         #: where the launches, words, tables and workspaces lie (:mod:`nvfp4_aot.moe_layout`)
         self.layout = MoeLayout.build(
             experts, n, k, layout, capacity, by_groups, routing[-1],
-            driver.sm_count(self.device), ring_slots,
+            driver.sm_count(self.device), ring_slots, capture_slots,
         )  # fmt: skip
         self._required = self.layout.operand_bytes()
         kernels = [loader.load_kernel(v, self.device, artifacts) for v in self.layout.variants]
@@ -240,6 +243,11 @@ class MoeGemmPlan:
     def synchronize(self) -> None:
         """Wait until every run of this plan has completed."""
         self._launcher.synchronize()
+
+    def release_graph_slots(self) -> None:
+        """Free the capture slots of runs recorded into CUDA graphs; only once no graph
+        holding such a run will be launched again."""
+        self._launcher.release_capture_slots()
 
     # lifetime ---------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ The plan's device buffer::
     [plan words][plan words, graph]            uploaded once: sizes, strides, chunk records
     [GEMM tables][GEMM tables, graph]          written by the routing kernel every run
     [workspace][workspace, graph]              tensormaps (and the decode-once scratch)
-    [slot 0]...[slot R-1][graph slot]          run words: routing array, A, B, C, SFA, SFB
+    [slot 0]...[slot R-1][capture slots]       run words: routing array, A, B, C, SFA, SFB
 
 Eager runs and CUDA graph replays each have their own words, tables and workspace, so a
 replay never shares them with an eager run of the same plan.
@@ -124,6 +124,7 @@ class MoeLayout:
     layout: str
     capacity: int
     ring_slots: int
+    capture_slots: int
     chunks: tuple[Chunk, ...]
     routing: RoutingLaunch
     variants: tuple[Variant, ...]  # per launch: the routing kernel, then one per chunk
@@ -139,7 +140,7 @@ class MoeLayout:
     def build(
         cls, experts: int, n: int, k: int, layout: str, capacity: int,
         gemm_variants: dict[int, Variant], routing_variant: Variant, sm_count: int,
-        ring_slots: int,
+        ring_slots: int, capture_slots: int = 8,
     ) -> MoeLayout:  # fmt: skip
         """Lay out a checked MoE problem over one GEMM family's variants (by group count)."""
         check_moe_problem(experts, n, k, layout, capacity)
@@ -185,11 +186,13 @@ class MoeLayout:
         slot_bytes = round_up(8 * R_WORDS, ALIGN)
         return cls(
             experts=experts, n=n, k=k, layout=layout, capacity=capacity,
-            ring_slots=ring_slots, chunks=tuple(chunks), routing=routing,
+            ring_slots=ring_slots, capture_slots=capture_slots, chunks=tuple(chunks),
+            routing=routing,
             variants=(routing_variant, *variants), words_bytes=words_bytes,
             tables_bytes=tables_bytes, tables_offset=tables_offset,
             workspace_bytes=workspace, workspace_offset=workspace_offset,
-            slot_bytes=slot_bytes, device_bytes=ring_offset + (ring_slots + 1) * slot_bytes,
+            slot_bytes=slot_bytes,
+            device_bytes=ring_offset + (ring_slots + capture_slots) * slot_bytes,
         )  # fmt: skip
 
     # the launcher's protocol -------------------------------------------------------------
@@ -204,7 +207,7 @@ class MoeLayout:
 
     @property
     def slots(self) -> int:
-        return self.ring_slots + 1
+        return self.ring_slots + self.capture_slots
 
     def slot_offset(self, slot: int) -> int:
         ring_offset = self.workspace_offset + 2 * self.workspace_bytes
@@ -229,7 +232,7 @@ class MoeLayout:
         return image
 
     def kernel_inputs(self, launch, base: int, slot: int) -> dict[str, int]:
-        graph = slot == self.graph_slot
+        graph = slot >= self.graph_slot
         if isinstance(launch, RoutingLaunch):
             return {
                 "plan": base + self.words_bytes * graph,

@@ -42,6 +42,8 @@ class GroupedGemmPlan:
         Artifacts directory (default: :func:`nvfp4_aot.paths.artifacts_dir`).
     ring_slots : int
         Pointer-table slots, i.e. runs that may be queued before :meth:`run` waits.
+    capture_slots : int
+        Runs of this plan that CUDA graphs may hold at once (each keeps its own table).
     kernel : str, optional
         Kernel family to run (``nvfp4-aot info`` lists them); by default the plan
         picks one for its problem sizes (:mod:`nvfp4_aot.selection`).
@@ -54,10 +56,12 @@ class GroupedGemmPlan:
 
     def __init__(
         self, problem_sizes, device: int = 0, *, artifacts=None, ring_slots: int = 8,
-        kernel: str | None = None,
+        kernel: str | None = None, capture_slots: int = 8,
     ):  # fmt: skip
         if ring_slots < 1:
             raise ValueError(f"ring_slots must be >= 1, got {ring_slots}")
+        if capture_slots < 1:
+            raise ValueError(f"capture_slots must be >= 1, got {capture_slots}")
         self.problem_sizes = validation.problem_sizes(problem_sizes)
         self.device = int(device)
         manifest = loader.load_manifest(artifacts)
@@ -67,7 +71,9 @@ class GroupedGemmPlan:
         self.family = selection.choose_family(found, self.problem_sizes, kernel)
         by_groups = {v.num_groups: v for v in found if v.family == self.family}
         #: where the launches, tables and workspaces lie (:mod:`nvfp4_aot.launch_layout`)
-        self.layout = LaunchLayout.build(self.problem_sizes, by_groups, self.sm_count, ring_slots)
+        self.layout = LaunchLayout.build(
+            self.problem_sizes, by_groups, self.sm_count, ring_slots, capture_slots
+        )
         self._intake = OperandIntake(self.problem_sizes, self.device)
         kernels = [loader.load_kernel(v, self.device, artifacts) for v in self.layout.variants]
         self._launcher = Launcher(self.device, self.layout, kernels)
@@ -187,6 +193,11 @@ class GroupedGemmPlan:
     def synchronize(self) -> None:
         """Wait until every run of this plan has completed."""
         self._launcher.synchronize()
+
+    def release_graph_slots(self) -> None:
+        """Free the capture slots of runs recorded into CUDA graphs; only once no graph
+        holding such a run will be launched again."""
+        self._launcher.release_capture_slots()
 
     # lifetime ---------------------------------------------------------------------------
 

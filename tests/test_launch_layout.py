@@ -66,7 +66,7 @@ def test_regions_are_aligned_ordered_and_disjoint(manifest):
         assert a + size_a <= b, "regions overlap or are out of order"
     last, size = regions[-1]
     assert last + size == layout.device_bytes
-    assert layout.graph_slot == layout.ring_slots == 3 and layout.slots == 4
+    assert layout.graph_slot == layout.ring_slots == 3 and layout.slots == 3 + layout.capture_slots
 
 
 def test_grid_and_workspace_come_from_the_variant(manifest):

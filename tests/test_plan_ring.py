@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pytest
 
 from nvfp4_aot import plan
-from nvfp4_aot.errors import InvalidProblemError
+from nvfp4_aot.errors import InvalidProblemError, Nvfp4Error
 from support import (
     address_of,
     operands_for,
@@ -134,3 +135,30 @@ def test_known_pointers_in_an_iterator_are_refused_cleanly(make_fake, artifacts)
         with pytest.raises(InvalidProblemError, match="a must be a sequence .* list_iterator"):
             p.run(iter(ops[0]), *ops[1:])
         assert len(fake.launches) == launches
+
+
+def test_each_captured_run_keeps_its_own_table(make_fake, artifacts):
+    """Two layers of one shape captured into one graph through one plan keep their own
+    operands (a capture slot each); past the last slot a capture is refused until the
+    slots are released; set_graph_pointers re-points the latest capture."""
+    fake = make_fake()
+    sizes = [(64, 128, 256), (32, 128, 256)]
+    first, second, third = (operands_for(sizes, base=0x10_0000_0000 * (i + 1)) for i in range(3))
+    with plan.GroupedGemmPlan(sizes, artifacts=artifacts, capture_slots=2) as p:
+        fake.capturing_streams = {9}
+        p.run(*first, stream=9)
+        p.run(*second, stream=9)
+        copies = fake.copies[-2:]
+        assert copies[0][0] != copies[1][0]  # two device tables
+        a_of = [np.frombuffer(data, np.int64)[0] for _dst, data, _s in copies]
+        assert a_of == [x[0].__cuda_array_interface__["data"][0] for x in (first[0], second[0])]
+        inputs = [p.kernel_inputs(p.graph_slot + i)[0]["abc_pointers"] for i in range(2)]
+        assert [launch.params for launch in fake.launches[-2:]] != [] and inputs[0] != inputs[1]
+        with pytest.raises(Nvfp4Error, match=r"captured into CUDA graphs 2 times.*release_graph_slots"):
+            p.run(*third, stream=9)
+        p.set_graph_pointers(*third)  # the latest capture (the second slot) now reads these
+        staged = np.frombuffer(bytes(p._launcher._staging[p.graph_slot + 1]), np.int64)
+        assert staged[0] == third[0][0].__cuda_array_interface__["data"][0]
+        p.release_graph_slots()
+        p.run(*third, stream=9)  # the first slot again
+        assert fake.copies[-1][0] == copies[0][0]
