@@ -198,3 +198,41 @@ def test_hostile_routings_never_write_outside_c(device, layout):
             check_routing(data, good, f"{layout} after hostile routings")
         finally:
             data.free()
+
+
+def test_two_layers_of_one_plan_in_one_graph(device):
+    """One plan captured twice into one graph with different operands (two layers of the
+    same shape): each captured run keeps its own operands; both are right on replay."""
+    experts, n, k, capacity = 16, 256, 256, 256
+    rng = np.random.default_rng(4242)
+    problems = [MoeProblem(experts, n, k, "contiguous", capacity, rng) for _ in range(2)]
+    stream = driver.stream_create()
+    with MoeGemmPlan(experts, n, k, capacity=capacity, device=device) as plan:
+        needs = plan.layout.operand_bytes()
+        layers = [DeviceMoe(p, needs["routing"], needs["sfa"]) for p in problems]
+        try:
+            mode = driver.backend().CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+            driver.call("cuStreamBeginCapture", stream, mode)
+            try:
+                for layer in layers:
+                    plan.run(*layer.operands(), stream=int(stream))
+            finally:
+                graph = driver.call("cuStreamEndCapture", stream)
+            executable = driver.call("cuGraphInstantiate", graph, 0)
+            for step in range(3):
+                routings = [
+                    p.routing(random_counts(ROUTING_KINDS[step], experts, capacity, rng))
+                    for p in problems
+                ]
+                for layer, routing in zip(layers, routings):
+                    layer.load(routing)
+                driver.call("cuGraphLaunch", executable, stream)
+                driver.stream_synchronize(stream)
+                for i, (layer, routing) in enumerate(zip(layers, routings)):
+                    check_routing(layer, routing, f"layer {i} replay {step}")
+            driver.call("cuGraphExecDestroy", executable)
+            driver.call("cuGraphDestroy", graph)
+        finally:
+            for layer in layers:
+                layer.free()
+            driver.stream_destroy(stream)
