@@ -4,7 +4,11 @@
 device-to-host copies, timing events) and, on each launch, computes the grouped GEMM
 from the simulated device memory exactly as the kernel would read it (problem sizes,
 pointer tables, blocked scales), so that ``verify`` runs end to end on the committed
-artifacts.
+artifacts. It also captures and replays graphs (a captured copy or launch runs again at
+each replay) and models the MoE routing kernel (device counts -> the GEMM's tables, as
+nvfp4_aot/kernels/moe_routing.py writes them), so that ``verify --moe`` and ``bench
+--moe`` run end to end too. The model checks the CLI's
+flow, not the kernel: the GPU runs that (tests/test_moe_gpu.py, bench/h200_batch.sh).
 """
 
 from __future__ import annotations
@@ -14,15 +18,30 @@ import hashlib
 import json
 import struct
 import sys
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from fake_driver import SUCCESS, FakeDriver
+from fake_driver import SUCCESS, FakeDriver, real
 from nvfp4_aot import cli, driver, loader, plan
 from nvfp4_aot.layouts import blocked_scale_bytes, blocked_to_scales
+from nvfp4_aot.manifest import ROLE_ROUTING
+from nvfp4_aot.moe_data import ROUTING_KINDS
+from nvfp4_aot.moe_layout import (
+    C_WORDS,
+    LAYOUTS,
+    P_A_ROW_BYTES,
+    P_B_EXPERT_BYTES,
+    P_C_ROW_BYTES,
+    P_HEADER_WORDS,
+    P_SFA_EXPERT_BYTES,
+    P_SFA_ROW_BYTES,
+    P_SFB_EXPERT_BYTES,
+    SF_BLOCK_ROWS,
+)
 from nvfp4_aot.reference import dequantize
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,16 +57,33 @@ class NoDriver:
 
 
 class ComputingDriver(FakeDriver):
-    """A fake GPU of compute capability 9.0 that computes what the kernel would."""
+    """A fake GPU of compute capability 9.0 that computes what the kernels would: the
+    grouped GEMM and the MoE routing kernel (a model of it), eagerly and in graphs.
 
-    def __init__(self, skip_group: int | None = None, **kwargs):
+    Faults to inject: ``skip_group`` (that group of every GEMM launch is not computed),
+    ``stray_row`` (every GEMM launch also writes the row after its last group's rows)
+    and ``graph_skips_routing`` (a replay of a graph captured in relaxed mode, the
+    CLI's, leaves the routing kernel out, so its GEMM tables stay as they were)."""
+
+    def __init__(
+        self, skip_group: int | None = None, stray_row=False, graph_skips_routing=False,
+        **kwargs,
+    ):  # fmt: skip
         params = {
             v.kernel_symbol: [(p.offset, p.size) for p in v.params] for v in MANIFEST.variants
         }
         super().__init__(capability=(9, 0), kernel_params=params, **kwargs)
         self.skip_group = skip_group
+        self.stray_row = stray_row
+        self.graph_skips_routing = graph_skips_routing
         self.images: dict[int, str] = {}  # library handle -> sha256
         self.elapsed = 0.0
+        self.capturing_streams: set[int] = set()
+        self.graphs: dict[int, list] = {}
+        self.relaxed: set[int] = set()  # graphs captured in relaxed mode (the CLI's)
+        self.replays: dict[int, int] = {}
+        self._captured: list | None = None
+        self._relaxed = False
 
     def cuDriverGetVersion(self):
         return (SUCCESS, 13000)
@@ -73,18 +109,21 @@ class ComputingDriver(FakeDriver):
         self.images[result[1]] = hashlib.sha256(image).hexdigest()
         return result
 
-    def cuLaunchKernelEx(self, config, function, kernel_params, extra):
-        result = super().cuLaunchKernelEx(config, function, kernel_params, extra)
-        sha = self.images[function.library]
+    def compute(self, launch) -> None:
+        """What the launched kernel would write, from its parameters and the memory."""
+        sha = self.images[launch.function.library]
         variant = next(v for v in MANIFEST.variants if v.sha256 == sha)
         buffer = bytearray(variant.param_bytes)
-        for param, data in zip(variant.params, self.launches[-1].params):
+        for param, data in zip(variant.params, launch.params):
             buffer[param.offset : param.offset + param.size] = data
 
         def pointer(name):
             ((offset, _size),) = variant.slots_for(name)
             return struct.unpack_from("<Q", buffer, offset)[0]
 
+        if variant.role == ROLE_ROUTING:
+            self.route(pointer("plan"), pointer("run"), launch.grid[0])
+            return
         g_count = variant.num_groups
         sizes = np.frombuffer(self.read(pointer("problem_sizes"), g_count * 16), np.int32)
         abc = np.frombuffer(self.read(pointer("abc_pointers"), g_count * 24), np.uint64)
@@ -107,7 +146,149 @@ class ComputingDriver(FakeDriver):
 
             c = operand(a_ptr, sfa_ptr, m) @ operand(b_ptr, sfb_ptr, n).T
             self._write(c_ptr, c.astype(np.float16).tobytes())
+        if self.stray_row:
+            self._write_stray_row(launch)
+
+    # streams, stream capture and graphs: a captured copy or launch is recorded in order
+    # and runs again (computing) at each replay
+
+    def cli_replays(self) -> list[int]:
+        """Replays of each graph the CLI captured (relaxed mode; a plan may capture its
+        own graphs, thread-local)."""
+        return [self.replays.get(graph, 0) for graph in sorted(self.relaxed)]
+
+    def cuStreamSynchronize(self, stream):
+        self._record("cuStreamSynchronize", stream)
+        return (SUCCESS,)
+
+    def cuStreamBeginCapture(self, stream, mode):
+        self._record("cuStreamBeginCapture", stream)
+        self.capturing_streams.add(int(stream))
+        self._captured = []
+        self._relaxed = mode == real.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+        return (SUCCESS,)
+
+    def cuStreamEndCapture(self, stream):
+        self._record("cuStreamEndCapture", stream)
+        self.capturing_streams.discard(int(stream))
+        graph = self._handle()
+        self.graphs[graph] = self._captured
+        if self._relaxed:
+            self.relaxed.add(graph)
+        self._captured = None
+        return (SUCCESS, graph)
+
+    def cuGraphInstantiate(self, graph, flags):
+        return (SUCCESS, graph)
+
+    def cuGraphLaunch(self, executable, stream):
+        self._record("cuGraphLaunch", executable, stream)
+        self.replays[executable] = self.replays.get(executable, 0) + 1
+        for step in self.graphs[executable]:
+            step()
+        return (SUCCESS,)
+
+    def cuGraphExecDestroy(self, executable):
+        self._record("cuGraphExecDestroy", executable)
+        return (SUCCESS,)
+
+    def cuGraphDestroy(self, graph):
+        self._record("cuGraphDestroy", graph)
+        return (SUCCESS,)
+
+    def cuMemcpyHtoDAsync(self, dst, src, size, stream):
+        if int(stream) not in self.capturing_streams:
+            return super().cuMemcpyHtoDAsync(dst, src, size, stream)
+        # a captured copy reads its (pinned) source at each replay
+        self._captured.append(lambda: self._write(int(dst), ctypes.string_at(src, size)))
+        return (SUCCESS,)
+
+    def cuLaunchKernelEx(self, config, function, kernel_params, extra):
+        result = super().cuLaunchKernelEx(config, function, kernel_params, extra)
+        launch = self.launches[-1]
+        if int(config.hStream) not in self.capturing_streams:
+            self.compute(launch)
+        elif not (self.graph_skips_routing and self._relaxed and self._is_routing(launch)):
+            self._captured.append(partial(self.compute, launch))
         return result
+
+    def _is_routing(self, launch) -> bool:
+        sha = self.images[launch.function.library]
+        return next(v for v in MANIFEST.variants if v.sha256 == sha).role == ROLE_ROUTING
+
+    def _write_stray_row(self, launch) -> None:
+        """Zeros into the row after the last non-empty group's rows of C."""
+        sha = self.images[launch.function.library]
+        variant = next(v for v in MANIFEST.variants if v.sha256 == sha)
+        buffer = bytearray(variant.param_bytes)
+        for param, data in zip(variant.params, launch.params):
+            buffer[param.offset : param.offset + param.size] = data
+        ((sizes_at, _),) = variant.slots_for("problem_sizes")
+        ((abc_at, _),) = variant.slots_for("abc_pointers")
+        g_count = variant.num_groups
+        sizes_ptr = struct.unpack_from("<Q", buffer, sizes_at)[0]
+        abc_ptr = struct.unpack_from("<Q", buffer, abc_at)[0]
+        sizes = np.frombuffer(self.read(sizes_ptr, g_count * 16), np.int32).reshape(-1, 4)
+        abc = np.frombuffer(self.read(abc_ptr, g_count * 24), np.uint64).reshape(-1, 3)
+        active = [g for g in range(g_count) if sizes[g, 0] > 0]
+        if active:
+            m, n = int(sizes[active[-1], 0]), int(sizes[active[-1], 1])
+            self._write(int(abc[active[-1], 2]) + m * n * 2, bytes(2 * n))
+
+    def route(self, plan_words: int, run_words: int, num_chunks: int) -> None:
+        """nvfp4_aot/kernels/moe_routing.py in numpy: the GEMM tables of every chunk."""
+        header = np.frombuffer(self.read(plan_words, 8 * P_HEADER_WORDS), np.int64)
+        experts, layout, capacity, n, k, tile_m, tile_n = (int(v) for v in header[:7])
+        routing_ptr, a, b, c, sfa, sfb = (
+            int(v) for v in np.frombuffer(self.read(run_words, 48), np.uint64)
+        )
+        contiguous = LAYOUTS[layout] == "contiguous"
+        count = experts + 1 if contiguous else experts
+        values = np.frombuffer(self.read(routing_ptr, 4 * count), np.int32).astype(np.int64)
+        if contiguous:
+            start = np.clip(values[:-1], 0, capacity)
+            rows = np.minimum(np.maximum(values[1:], start), capacity) - start
+        else:
+            start = np.arange(experts) * capacity
+            rows = np.clip(values, 0, capacity)
+        padded = -(-rows // SF_BLOCK_ROWS) * SF_BLOCK_ROWS
+        sf_row = np.concatenate([[0], np.cumsum(padded)])
+        for chunk in range(num_chunks):
+            record = np.frombuffer(
+                self.read(plan_words + 8 * (P_HEADER_WORDS + C_WORDS * chunk), 8 * C_WORDS),
+                np.int64,
+            )
+            first, chunk_experts, groups, sizes_at, abc_at, scales_at, prefix_at = (
+                int(v) for v in record[:7]
+            )
+            sizes = np.zeros((groups, 4), np.int32)
+            abc = np.zeros((groups, 3), np.uint64)
+            scales = np.zeros((groups, 2), np.uint64)
+            prefix = np.zeros(groups + 1, np.int32)
+            slot = tiles = 0
+            for e in range(first, first + chunk_experts):
+                m = int(rows[e])
+                if m == 0:
+                    continue
+                sizes[slot] = (m, n, k, 1)
+                abc[slot] = (
+                    a + int(start[e]) * int(header[P_A_ROW_BYTES]),
+                    b + e * int(header[P_B_EXPERT_BYTES]),
+                    c + int(start[e]) * int(header[P_C_ROW_BYTES]),
+                )
+                sf = (
+                    int(sf_row[e]) * int(header[P_SFA_ROW_BYTES])
+                    if contiguous
+                    else (e * int(header[P_SFA_EXPERT_BYTES]))
+                )
+                scales[slot] = (sfa + sf, sfb + e * int(header[P_SFB_EXPERT_BYTES]))
+                prefix[slot] = tiles
+                tiles += -(-m // tile_m) * -(-n // tile_n)
+                slot += 1
+            prefix[slot:] = tiles
+            for address, table in ((sizes_at, sizes), (abc_at, abc), (scales_at, scales),
+                                   (prefix_at, prefix)):  # fmt: skip
+                self._write(address, table.tobytes())
 
 
 @pytest.fixture
@@ -376,3 +557,167 @@ def test_unknown_kernel_family_is_a_clean_error(use_driver):
     assert "kernel 'sm90_nope' is not baked for this device" in result.output
     assert "sm90_nvfp4_grouped_gemm_a16" in result.output
     assert "Traceback" not in result.output
+
+
+# MoE: options, routings, and verify / bench end to end against the graph fake ------------
+
+MOE = ["--moe", "8,256,512"]
+FAMILIES = ["sm90_nvfp4_grouped_gemm", "sm90_nvfp4_grouped_gemm_a16"]
+
+
+def test_moe_cases_and_their_defaults():
+    cases, kinds, routings = cli.collect_moe_cases(
+        "verify", [(8, 256, 512)], (), (), None, (), None, False
+    )
+    assert cases == [cli.MoeCase(8, 256, 512, "contiguous", 64, 1)]
+    assert kinds == ROUTING_KINDS and routings == 2 * len(ROUTING_KINDS)
+    cases, kinds, routings = cli.collect_moe_cases(
+        "bench", [(8, 256, 512), (32, 128, 256)], ("contiguous", "masked"), (16, 64), 4,
+        ("skewed", "uniform", "skewed"), None, False,
+    )  # fmt: skip
+    assert kinds == ("skewed", "uniform") and routings == 2  # one of each kind
+    assert [(c.experts, c.layout, c.tokens) for c in cases] == [
+        (e, layout, t) for e in (8, 32) for layout in ("contiguous", "masked") for t in (16, 64)
+    ]
+    contiguous, masked = cases[1], cases[3]
+    assert (contiguous.capacity, contiguous.routed) == (64 * 4, 64 * 4)
+    assert (masked.capacity, masked.routed) == (64, 64 * 4)  # max_m: each token once per expert
+    assert contiguous.name == "E8-n256-k512-contiguous-T64-top4"
+    assert cli.collect_moe_cases("bench", (), (), (), None, (), None, True) == ([], (), 0)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_moe_routings_take_the_kinds_in_turn(layout):
+    case = cli.MoeCase(16, 128, 128, layout, 50, 4)
+    steps = cli.moe_counts(case, ("uniform", "one_expert", "empty"), 7, np.random.default_rng(0))
+    assert [kind for kind, _ in steps] == ["uniform", "one_expert", "empty"] * 2 + ["uniform"]
+    for kind, counts in steps:
+        assert counts.shape == (16,) and (counts >= 0).all()
+        if layout == "masked":
+            assert counts.max() <= case.capacity  # clamped to max_m
+        elif kind != "empty":
+            assert counts.sum() == case.routed == 200
+    assert steps[2][1].sum() == 0
+    assert cli._routing_array(case, [3, 0, 5] + [0] * 13).tolist()[:4] == (
+        [0, 3, 3, 8] if layout == "contiguous" else [3, 0, 5, 0]
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["verify", "--layout", "masked"], "--layout describes a MoE problem: it needs --moe"),
+        (["bench", "--routings", "3"], "--routings describes a MoE problem: it needs --moe"),
+        (["verify", *MOE, "--shape", "128,256,512"], "--moe cannot be combined with"),
+    ],
+)
+def test_moe_option_combinations_are_usage_errors(args, message, use_driver):
+    use_driver(NoDriver())
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+@pytest.mark.parametrize("command", ["verify", "bench"])
+def test_moe_without_a_driver_fails_cleanly(command, use_driver):
+    use_driver(NoDriver())
+    result = invoke(command, *MOE)
+    assert result.exit_code == 1 and "no CUDA device" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_moe_verify_end_to_end_both_layouts(use_driver):
+    fake = use_driver(ComputingDriver())
+    args = [*MOE, "--tokens", "40", "--top-k", "2", "--routings", "6", "--json"]
+    result = invoke("verify", *args, "--layout", "contiguous", "--layout", "masked")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["passed"] is True and data["failed_routings"] == 0
+    assert [(c["layout"], c["capacity"]) for c in data["cases"]] == [
+        ("contiguous", 80),
+        ("masked", 40),
+    ]
+    for case in data["cases"]:
+        assert case["variants"][0].startswith("moe_routing.sm_90a")
+        assert [s["kind"] for s in case["routings"]] == list(ROUTING_KINDS)
+        for step in case["routings"]:
+            for check in (step["eager"], step["graph"]):
+                assert check["ok"] and check["stray_rows"] == 0
+                assert check["relative_error"] < 1e-3
+        empty = case["routings"][ROUTING_KINDS.index("empty")]
+        assert empty["rows"] == 0 and empty["active_experts"] == 0
+    assert sum(s["rows"] for s in data["cases"][0]["routings"][:1]) == 80  # uniform: all rows
+    # one graph per plan, captured once and replayed for every routing
+    assert fake.cli_replays() == [6, 6]
+
+
+def test_moe_verify_prints_a_line_per_routing(use_driver):
+    use_driver(ComputingDriver())
+    result = invoke("verify", *MOE, "--tokens", "24", "--routing", "skewed", "--routings", "3")
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if "E8-n256-k512" in line]
+    assert len(lines) == 3 and all("skewed" in line and line.endswith("ok") for line in lines)
+    assert "3/3 routings within tol 0.001, eager and in one CUDA graph" in result.output
+
+
+def test_moe_verify_catches_an_unwritten_expert(use_driver):
+    use_driver(ComputingDriver(skip_group=1))
+    result = invoke("verify", *MOE, "--tokens", "40", "--routing", "uniform",
+                    "--routing", "empty", "--routings", "2", "--json")  # fmt: skip
+    assert result.exit_code == 1
+    assert "1 of 2 routing(s) failed verification" in result.output
+    uniform, empty = json.loads(result.stdout)["cases"][0]["routings"]
+    for check in (uniform["eager"], uniform["graph"]):
+        assert not check["ok"] and not check["finite"]  # the poison is a NaN
+    assert empty["ok"]
+
+
+def test_moe_verify_catches_a_write_outside_the_routed_rows(use_driver):
+    use_driver(ComputingDriver(stray_row=True))
+    result = invoke("verify", *MOE, "--routing", "one_expert", "--routings", "1", "--json")
+    assert result.exit_code == 1
+    (step,) = json.loads(result.stdout)["cases"][0]["routings"]
+    assert step["eager"]["stray_rows"] == step["graph"]["stray_rows"] == 1
+    assert step["eager"]["relative_error"] < 1e-3  # the expert itself is right
+    result = invoke("verify", *MOE, "--routing", "one_expert", "--routings", "1")
+    assert "+1 rows" in result.output and "FAIL" in result.output
+
+
+def test_moe_verify_checks_the_graph_on_its_own(use_driver):
+    use_driver(ComputingDriver(graph_skips_routing=True))
+    result = invoke("verify", *MOE, "--routing", "uniform", "--routings", "2", "--json")
+    assert result.exit_code == 1
+    for step in json.loads(result.stdout)["cases"][0]["routings"]:
+        assert step["eager"]["ok"] and not step["graph"]["ok"]
+
+
+def test_moe_bench_json(use_driver):
+    fake = use_driver(ComputingDriver())
+    result = invoke("bench", *MOE, "--tokens", "16", "--top-k", "2", "--layout", "masked",
+                    "--routings", "3", "--repeats", "4", "--warmup", "1", "--json",
+                    *[x for f in FAMILIES for x in ("--kernel", f)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [c["family"] for c in data["cases"]] == FAMILIES
+    for case in data["cases"]:
+        assert case["capacity"] == 16 and case["variants"][1].startswith(case["family"])
+        assert [s["kind"] for s in case["routings"]] == list(ROUTING_KINDS[:3])
+        for step in case["routings"]:
+            assert step["graph_p10_us"] <= step["graph_median_us"] <= step["graph_p90_us"]
+            assert step["flops"] == 2 * step["rows"] * 256 * 512
+            assert step["eager_wall_us"] > 0 and step["host_us_per_run"] > 0
+            assert step["eager_over_graph"] == step["eager_wall_us"] / step["graph_median_us"]
+        uniform = case["routings"][0]
+        assert uniform["bytes"] == uniform["active_experts"] * (
+            256 * 256 + blocked_scale_bytes(256, 512)
+        ) + uniform["rows"] * (256 + 32 + 512)
+    # one graph per plan; per routing: warm-up + 4 timed replays
+    assert fake.cli_replays() == [3 * (1 + 4)] * 2
+
+
+def test_moe_bench_table(use_driver):
+    use_driver(ComputingDriver())
+    result = invoke("bench", *MOE, "--routing", "sparse", "--repeats", "2", "--warmup", "0")
+    assert result.exit_code == 0, result.output
+    assert "eager/graph" in result.output and "host us" in result.output
+    assert "E8-n256-k512-contiguous-T256-top1" in result.output
