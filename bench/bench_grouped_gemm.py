@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -33,11 +32,18 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from nvfp4_aot.plan import GroupedGemmPlan  # noqa: E402
-
-FP4_VALUES = torch.tensor(
-    [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], dtype=torch.float32
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import (  # noqa: E402
+    blocked_bytes,
+    dequantize,
+    finite_or_inf,
+    measure_ceilings,
+    random_scales,
+    time_events,
+    time_graph,
 )
+
+from nvfp4_aot.plan import GroupedGemmPlan  # noqa: E402
 
 MOE_SHAPES = [
     # larger MoE-like shapes: many experts, decode/prefill-sized token counts per expert
@@ -47,98 +53,17 @@ MOE_SHAPES = [
 ]
 
 
-def blocked_index(rows: int, cols: int, device) -> torch.Tensor:
-    """Byte offset in the blocked scale layout of every (row, scale column)."""
-    r = torch.arange(rows, device=device).view(-1, 1)
-    c = torch.arange(cols, device=device).view(1, -1)
-    atoms_k = (cols + 3) // 4
-    return ((r // 128) * atoms_k + c // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4
-
-
-def blocked_bytes(rows: int, k: int) -> int:
-    return ((rows + 127) // 128) * ((k // 16 + 3) // 4) * 512
-
-
-def dequantize(packed: torch.Tensor, blocked: torch.Tensor, rows: int, k: int) -> torch.Tensor:
-    """FP4 (rows, k/2) bytes + blocked E4M3 scales -> BF16 (rows, k), exact."""
-    table = FP4_VALUES.to(packed.device)
-    lo = table[(packed & 0xF).long()]
-    hi = table[(packed >> 4).long()]
-    values = torch.stack((lo, hi), dim=-1).view(rows, k)
-    scales = blocked[blocked_index(rows, k // 16, packed.device)].view(torch.float8_e4m3fn).float()
-    return (values.view(rows, k // 16, 16) * scales.unsqueeze(-1)).view(rows, k).to(torch.bfloat16)
-
-
 def make_set(shape, device):
     """One input set: per group A, B, SFA, SFB (device tensors), C (FP16)."""
     groups = []
     for m, n, k in zip(shape["m"], shape["n"], shape["k"]):
         a = torch.randint(0, 256, (m, k // 2), dtype=torch.uint8, device=device)
         b = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device=device)
-        # E4M3 bytes 0x28..0x37: 0.25 <= scale < 1, finite, never zero
-        sfa = torch.randint(0x28, 0x38, (blocked_bytes(m, k),), dtype=torch.uint8, device=device)
-        sfb = torch.randint(0x28, 0x38, (blocked_bytes(n, k),), dtype=torch.uint8, device=device)
+        sfa = random_scales(blocked_bytes(m, k), device)
+        sfb = random_scales(blocked_bytes(n, k), device)
         c = torch.empty((m, n), dtype=torch.float16, device=device)
         groups.append((a, b, c, sfa, sfb, m, n, k))
     return groups
-
-
-def time_events(fn, sets, repeats: int, per_batch: int = 10) -> list[float]:
-    """Per-call milliseconds from CUDA events, one sample per batch of ``per_batch``
-    back-to-back calls (cycling through the input sets).
-
-    One event pair around each single call would also time the host's launch overhead
-    whenever the GPU finishes a call before the next one is queued (small shapes), and
-    the torch baselines pay more of that than we do; a batch of queued calls measures
-    the GPU.
-    """
-    for s in sets:  # warm-up, includes any lazy load
-        fn(s)
-    torch.cuda.synchronize()
-    batches = max(5, repeats // per_batch)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(batches)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(batches)]
-    i = 0
-    for batch in range(batches):
-        starts[batch].record()
-        for _ in range(per_batch):
-            fn(sets[i % len(sets)])
-            i += 1
-        ends[batch].record()
-    torch.cuda.synchronize()
-    return [a.elapsed_time(b) / per_batch for a, b in zip(starts, ends)]
-
-
-def time_graph(fn, sets, repeats: int, per_graph: int = 10) -> list[float]:
-    """Per-call milliseconds of ``fn`` replayed from a CUDA graph of ``per_graph`` calls
-    (cycling through the input sets): the GPU time with no host launch overhead at all,
-    for baselines whose host path is slower than their kernels."""
-    for s in sets:
-        fn(s)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(per_graph):
-            fn(sets[i % len(sets)])
-    per_replay = time_events(lambda _: graph.replay(), [None], repeats // per_graph, per_batch=1)
-    return [ms / per_graph for ms in per_replay]
-
-
-def measure_ceilings(device):
-    """Copy bandwidth (bytes read + written per second) and BF16 matmul FLOP/s."""
-    n = 1 << 30
-    src = torch.empty(n, dtype=torch.uint8, device=device).random_()
-    dst = torch.empty_like(src)
-    copy_ms = statistics.median(time_events(lambda _: dst.copy_(src), [None], 30, per_batch=1))
-    x = torch.randn(8192, 8192, dtype=torch.bfloat16, device=device)
-    y = torch.randn(8192, 8192, dtype=torch.bfloat16, device=device)
-    mm_ms = statistics.median(time_events(lambda _: x @ y, [None], 30, per_batch=1))
-    return 2 * n / (copy_ms * 1e-3), 2 * 8192**3 / (mm_ms * 1e-3)
-
-
-def finite_or_inf(value: float) -> float:
-    """NaN (an unwritten output) must not vanish in max()."""
-    return value if math.isfinite(value) else float("inf")
 
 
 def bench_shape(shape, device, repeats, num_sets, kernel=None):

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, in one device call: GPU tests, CLI from the installed
-# wheel, reliability, host path, kernel benchmark against torch, compute-sanitizer.
+# wheel, reliability, host path, kernel benchmark against torch, compute-sanitizer, MoE
+# (GPU tests, CLI verify, sanitizer) and the MoE benchmark.
 # Run from the repo root on the GPU machine:  bash bench/h200_batch.sh 2>&1 | tee $OUT/batch.log
 # JSON results and the CLI transcript go to $OUT (default ./out). STEPS selects steps
 # (default: all). The wheel (python -m pip wheel --no-deps -w .carry/wheel .) is carried.
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
-STEPS=${STEPS:-env tests families choice cli reliability host bench sanitizer}
+STEPS=${STEPS:-env tests families choice cli reliability host bench sanitizer moe moebench}
 FAMILIES="sm90_nvfp4_grouped_gemm sm90_nvfp4_grouped_gemm_a16"
 KERNELS=$(printf -- "--kernel %s " $FAMILIES)
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NVFP4_AOT_SHAPES=$PWD/tests/data/shapes.json
@@ -73,5 +74,31 @@ if want sanitizer; then
       --shape 200,256,512 --shape 72,384,256 --shape 128,128,128 2>&1 | grep -v "^shape\|^-----\|^ *case" | tail -30
     echo "$tool $family exit code: ${PIPESTATUS[0]}"
   done; done
+fi
+if want moe; then
+  step "MoE: GPU tests (one graph, every routing), CLI verify of both layouts with both sm_90a families, compute-sanitizer"
+  NVFP4_AOT_REQUIRE_GPU=1 timeout 400 python3 -m pytest -q tests/test_moe_gpu.py -p no:cacheprovider 2>&1 | tail -8
+  echo "pytest exit code: ${PIPESTATUS[0]}"
+  # E = 8 (one launch), 128 (two: 120 + 8) and 256 (three), top-8 routings of every kind,
+  # each eager and by replaying one CUDA graph; every expert and the poison checked
+  timeout 300 python3 -m nvfp4_aot verify $KERNELS --layout contiguous --layout masked \
+    --moe 8,1536,2048 --moe 128,256,512 --moe 256,128,256 --tokens 64 --top-k 8 --json > "$OUT/verify_moe.json"
+  echo "verify --moe exit code: $?"
+  python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(sum(len(c["routings"]) for c in d["cases"]), "routings in", len(d["cases"]), "cases, failed:", d["failed_routings"])' "$OUT/verify_moe.json"
+  timeout 120 python3 -m nvfp4_aot verify --kernel sm90_nvfp4_grouped_gemm --moe 32,256,512 --tokens 16 --top-k 8 \
+    --layout contiguous --layout masked --routings 6 2>&1 | tail -14
+  for tool in memcheck racecheck; do for family in $FAMILIES; do
+    timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m nvfp4_aot verify --kernel $family \
+      --moe 130,128,256 --tokens 8 --top-k 8 --layout contiguous --layout masked --routings 3 2>&1 \
+      | grep -v "^ *E130\|^-----\|^ *case" | tail -20
+    echo "MoE $tool $family exit code: ${PIPESTATUS[0]}"
+  done; done
+fi
+if want moebench; then
+  step "MoE benchmark: a new routing every step, ours (graph, eager) against torch._grouped_mm"
+  timeout 300 python3 bench/bench_moe.py --json "$OUT/bench_moe.json" 2>&1 | tail -22
+  echo "bench_moe exit code: ${PIPESTATUS[0]}"
+  timeout 200 python3 -m nvfp4_aot bench $KERNELS --moe 128,1536,2048 --moe 32,4096,7168 --tokens 16 \
+    --tokens 1024 --top-k 8 --routing uniform --routing skewed --repeats 50 2>&1 | tail -12
 fi
 step done
