@@ -57,6 +57,7 @@ class DeviceMoe:
             array = np.ascontiguousarray(getattr(routing, name))
             driver.memcpy_htod(self.buffers[name], array.ctypes.data, array.nbytes)
         driver.memset_d16(self.buffers["c"], POISON, self.c_elements)
+        driver.synchronize()  # the memset is queued on the legacy stream: done before runs
 
     def c_raw(self) -> np.ndarray:
         out = np.empty((self.problem.rows + GUARD_ROWS, self.problem.n), dtype=np.uint16)
