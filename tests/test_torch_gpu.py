@@ -169,7 +169,9 @@ def test_compile_fullgraph(torch, ops):
     got = compiled(operands.a, operands.sfa, operands.routing)
     want = module(operands.a, operands.sfa, operands.routing)
     rows = int(routing.routing[-1])
-    assert torch.equal(got[:rows], want[:rows])
+    # inductor fuses silu(c) * 2 into one kernel; its float rounding may differ from
+    # eager's in the last bit, never more
+    torch.testing.assert_close(got[:rows], want[:rows], rtol=1e-6, atol=1e-6)
     check(torch, operands, routing, ops.moe_gemm(*operands.args()), "eager", untouched=False)
 
 
