@@ -61,6 +61,16 @@ __all__ = [
 _VALIDATED_SETS = 64
 _POINTER_ALIGN = {"routing": 4, "a": 32, "b": 32, "c": 32, "sfa": 32, "sfb": 32}
 _FP4 = ("u1", "i1", "e2m1x2", "e2m1", "v1")
+_TORCH_FP4 = ("torch.uint8", "torch.int8", "torch.float4_e2m1fn_x2")
+_TORCH_SCALES = ("torch.uint8", "torch.int8", "torch.float8_e4m3fn")
+_TORCH_DTYPES = {
+    "routing": ("torch.int32",),
+    "a": _TORCH_FP4,
+    "b": _TORCH_FP4,
+    "c": ("torch.float16",),
+    "sfa": _TORCH_SCALES,
+    "sfb": _TORCH_SCALES,
+}
 _SCALES = ("u1", "i1", "e4m3", "v1")
 
 
@@ -108,6 +118,15 @@ class MoeGemmPlan:
             driver.sm_count(self.device), ring_slots, capture_slots,
         )  # fmt: skip
         self._required = self.layout.operand_bytes()
+        # shapes taken on the PyTorch fast path (packed FP4 as uint8 bytes); scales by size
+        rows = capacity if layout == "contiguous" else experts * capacity
+        leading = ((capacity,),) if layout == "contiguous" else ((experts, capacity), (rows,))
+        self._torch_shapes = {
+            "routing": ((experts + 1,) if layout == "contiguous" else (experts,),),
+            "a": tuple((*lead, k // 2) for lead in leading),
+            "c": tuple((*lead, n) for lead in leading),
+            "b": ((experts, n, k // 2), (experts * n, k // 2)),
+        }
         kernels = [loader.load_kernel(v, self.device, artifacts) for v in self.layout.variants]
         self._launcher = Launcher(self.device, self.layout, kernels)
         self._validated: OrderedDict = OrderedDict()
@@ -167,6 +186,10 @@ class MoeGemmPlan:
             if type(obj) is int:
                 pointers.append(obj)
                 continue
+            pointer = self._torch_pointer(field, obj)
+            if pointer is not None:
+                pointers.append(pointer)
+                continue
             try:
                 array = device_array(obj, stream)
             except (TypeError, ValueError) as exc:
@@ -176,6 +199,27 @@ class MoeGemmPlan:
                 producers.add(array.stream)
             pointers.append(array.pointer)
         return tuple(pointers), producers
+
+    def _torch_pointer(self, field: str, obj) -> int | None:
+        """A PyTorch tensor's address when it plainly fits ``field``, read through its
+        attributes (duck-typed: the runtime never imports torch; building a DLPack
+        capsule per operand costs tens of microseconds), else None: the full
+        description then says what is wrong or accepts it."""
+        if not (getattr(obj, "is_cuda", False) and hasattr(obj, "data_ptr")):
+            return None
+        expected = self._torch_shapes.get(field)
+        if (
+            str(obj.dtype) in _TORCH_DTYPES[field]
+            and obj.device.index == self.device
+            and obj.is_contiguous()
+            and (
+                tuple(obj.shape) in expected
+                if expected is not None
+                else obj.numel() * obj.element_size() >= self._required[field]
+            )
+        ):
+            return obj.data_ptr()
+        return None
 
     def _check_array(self, field: str, array) -> None:
         if array.device is not None and array.device != self.device:

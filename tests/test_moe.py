@@ -286,3 +286,56 @@ def test_eager_runs_launch_one_recorded_graph_per_slot(fake):
     assert len(fake.launches) == 2 * 3 + 3
     plan.close()
     assert fake.names().count("cuGraphExecDestroy") == plan.layout.ring_slots
+
+
+class TorchLike:
+    """Duck-types what the runtime reads of a CUDA torch.Tensor (torch is not imported)."""
+
+    def __init__(self, pointer, shape, dtype, contiguous=True, device=0):
+        self.is_cuda, self.shape, self._pointer = True, shape, pointer
+        self.dtype = type("dtype", (), {"__str__": lambda _self: f"torch.{dtype}"})()
+        self.device = type("device", (), {"index": device})()
+        self._contiguous = contiguous
+        self.described = False
+
+    def data_ptr(self):
+        return self._pointer
+
+    def is_contiguous(self):
+        return self._contiguous
+
+    def numel(self):
+        return int(np.prod(self.shape))
+
+    def element_size(self):
+        return 4 if self.dtype.__str__().endswith("int32") else 1
+
+    def __dlpack__(self, **kwargs):  # the slow path: a test fails if it gets here
+        self.described = True
+        raise TypeError("not described in this test")
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+
+def test_torch_tensors_take_the_attribute_fast_path(fake):
+    """Tensors that plainly fit go straight to their data_ptr (no DLPack capsule); one
+    that does not (wrong dtype, not contiguous) is described in full, which names it."""
+    with MoeGemmPlan(8, 256, 512, capacity=100) as plan:
+        routing, a, b, c, sfa, sfb = _pointers()
+        tensors = {
+            "a": TorchLike(a, (100, 256), "uint8"),
+            "b": TorchLike(b, (8, 256, 256), "float4_e2m1fn_x2"),
+            "c": TorchLike(c, (100, 256), "float16"),
+            "sfa": TorchLike(sfa, (1 << 16,), "float8_e4m3fn"),
+            "sfb": TorchLike(sfb, (8 * blocked_scale_bytes(256, 512),), "uint8"),
+            "routing": TorchLike(routing, (9,), "int32"),
+        }
+        order = ("a", "b", "c", "sfa", "sfb", "routing")
+        plan.run(*(tensors[f] for f in order), stream=3)
+        assert not any(t.described for t in tensors.values())
+        assert struct.unpack_from("<6Q", fake.copies[-1][1]) == tuple(_pointers())
+        tensors["c"] = TorchLike(c, (100, 256), "float16", contiguous=False)
+        with pytest.raises(InvalidProblemError, match="^c: not described in this test"):
+            plan.run(*(tensors[f] for f in order))
+        assert tensors["c"].described
