@@ -81,8 +81,30 @@ def split_groups(num_groups: int, baked: list[int]) -> list[tuple[int, int, int]
     return chunks
 
 
+class SlotRing:
+    """Table slots of a layout: ``ring_slots`` for eager runs, then ``capture_slots``
+    for runs recorded into CUDA graphs, ``slot_bytes`` each from ``ring_offset``."""
+
+    ring_slots: int
+    capture_slots: int
+    ring_offset: int
+    slot_bytes: int
+
+    @property
+    def graph_slot(self) -> int:
+        """The first capture slot (after the ring's)."""
+        return self.ring_slots
+
+    @property
+    def slots(self) -> int:
+        return self.ring_slots + self.capture_slots
+
+    def slot_offset(self, slot: int) -> int:
+        return self.ring_offset + slot * self.slot_bytes
+
+
 @dataclass(frozen=True)
-class LaunchLayout:
+class LaunchLayout(SlotRing):
     """The launches of one plan and the byte layout of its device buffer and ring slots."""
 
     problem_sizes: tuple[tuple[int, int, int, int], ...]
@@ -147,15 +169,6 @@ class LaunchLayout:
             device_bytes=ring_offset + (ring_slots + capture_slots) * slot_bytes,
         )
 
-    @property
-    def graph_slot(self) -> int:
-        """The first capture slot (after the ring's)."""
-        return self.ring_slots
-
-    @property
-    def slots(self) -> int:
-        return self.ring_slots + self.capture_slots
-
     def zero_once(self) -> list[tuple[int, int]]:
         """``(offset, bytes)`` to zero before the first launch: both workspaces (eager and
         graph) when a kernel needs its workspace zeroed once."""
@@ -163,9 +176,6 @@ class LaunchLayout:
             return []
         start = self.workspace_offset
         return [(start, self.graph_workspace_offset + self.workspace_bytes - start)]
-
-    def slot_offset(self, slot: int) -> int:
-        return self.ring_offset + slot * self.slot_bytes
 
     def static_tables(self, base: int = 0) -> bytearray:
         """The bytes before the workspace: every sub-launch's problem sizes (padding

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ArtifactError
+from .intmath import round_up
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -139,9 +140,7 @@ class Workspace:
         total = persistent_blocks * self.bytes_per_block
         if self.activation_bytes_per_element:
             multiple = self.activation_k_multiple
-            elements = sum(
-                int(s[0]) * (-(-int(s[2]) // multiple) * multiple) for s in problem_sizes
-            )
+            elements = sum(int(s[0]) * round_up(int(s[2]), multiple) for s in problem_sizes)
             total += elements * self.activation_bytes_per_element
         return total
 

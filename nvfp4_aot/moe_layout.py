@@ -29,7 +29,7 @@ from . import validation
 from .blocked import SF_VEC_SIZE, blocked_scale_bytes
 from .errors import InvalidProblemError
 from .intmath import ceil_div, round_up
-from .launch_layout import ALIGN, persistent_blocks, split_groups
+from .launch_layout import ALIGN, SlotRing, persistent_blocks, split_groups
 from .manifest import Variant
 from .packing import launch_grid
 
@@ -115,7 +115,7 @@ class RoutingLaunch:
 
 
 @dataclass(frozen=True)
-class MoeLayout:
+class MoeLayout(SlotRing):
     """The launches of one MoE plan and the byte layout of its buffer and slots."""
 
     experts: int
@@ -133,6 +133,7 @@ class MoeLayout:
     tables_offset: int
     workspace_bytes: int
     workspace_offset: int
+    ring_offset: int
     slot_bytes: int
     device_bytes: int
 
@@ -191,7 +192,7 @@ class MoeLayout:
             variants=(routing_variant, *variants), words_bytes=words_bytes,
             tables_bytes=tables_bytes, tables_offset=tables_offset,
             workspace_bytes=workspace, workspace_offset=workspace_offset,
-            slot_bytes=slot_bytes,
+            ring_offset=ring_offset, slot_bytes=slot_bytes,
             device_bytes=ring_offset + (ring_slots + capture_slots) * slot_bytes,
         )  # fmt: skip
 
@@ -200,18 +201,6 @@ class MoeLayout:
     @property
     def launches(self) -> tuple:
         return (self.routing, *self.chunks)
-
-    @property
-    def graph_slot(self) -> int:
-        return self.ring_slots
-
-    @property
-    def slots(self) -> int:
-        return self.ring_slots + self.capture_slots
-
-    def slot_offset(self, slot: int) -> int:
-        ring_offset = self.workspace_offset + 2 * self.workspace_bytes
-        return ring_offset + slot * self.slot_bytes
 
     def zero_once(self) -> list[tuple[int, int]]:
         """Both table sets (the routing kernel rewrites them; zero until then) and, when a

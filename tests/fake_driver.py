@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 from cuda.bindings import driver as real
 
+from nvfp4_aot.intmath import round_up
+
 SUCCESS = real.CUresult.CUDA_SUCCESS
 NOT_READY = real.CUresult.CUDA_ERROR_NOT_READY
 INVALID_VALUE = real.CUresult.CUDA_ERROR_INVALID_VALUE
@@ -151,7 +153,7 @@ class FakeDriver:
     def cuMemAlloc(self, size):
         self._record("cuMemAlloc", size)
         pointer = self._next
-        self._next += -(-size // 4096) * 4096 + 4096
+        self._next += round_up(size, 4096) + 4096
         self.memory[pointer] = bytearray([self.alloc_fill]) * size
         return (SUCCESS, pointer)
 
@@ -163,7 +165,7 @@ class FakeDriver:
     def cuMemHostAlloc(self, size, flags):
         self._record("cuMemHostAlloc", size, flags)
         buffer = (ctypes.c_char * (size + 4096))()
-        pointer = -(-ctypes.addressof(buffer) // 4096) * 4096
+        pointer = round_up(ctypes.addressof(buffer), 4096)
         self.host[pointer] = buffer
         return (SUCCESS, pointer)
 

@@ -7,6 +7,7 @@ import struct
 import pytest
 
 from nvfp4_aot import loader, validation
+from nvfp4_aot.intmath import round_up
 from nvfp4_aot.launch_layout import (
     ALIGN,
     LaunchLayout,
@@ -131,7 +132,7 @@ def test_decode_once_workspaces_are_sized_per_sub_launch_and_zeroed_once():
         workspace.bytes_for(validation.problem_sizes(sizes[:120]), first.persistent_blocks),
         workspace.bytes_for(validation.problem_sizes(sizes[120:]), second.persistent_blocks),
     )
-    assert layout.workspace_bytes == -(-need // ALIGN) * ALIGN
+    assert layout.workspace_bytes == round_up(need, ALIGN)
     (zeroed,) = layout.zero_once()
     assert zeroed == (layout.workspace_offset,
                       layout.graph_workspace_offset + layout.workspace_bytes - layout.workspace_offset)  # fmt: skip

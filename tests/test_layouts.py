@@ -5,6 +5,7 @@ import re
 import numpy as np
 import pytest
 
+from nvfp4_aot.intmath import ceil_div
 from nvfp4_aot.layouts import (
     E4M3_VALUES,
     FP4_VALUES,
@@ -112,7 +113,7 @@ def gpu_mode_to_blocked(scales):
     reshape(-1, 4, 32, 4) -> transpose(1, 2) -> reshape(-1, 32, 16) -> flatten, after
     zero-padding to multiples of 128 x 4."""
     rows, cols = scales.shape
-    rb, cb = -(-rows // 128), -(-cols // 4)
+    rb, cb = ceil_div(rows, 128), ceil_div(cols, 4)
     padded = np.zeros((rb * 128, cb * 4), dtype=scales.dtype)
     padded[:rows, :cols] = scales
     blocks = padded.reshape(rb, 128, cb, 4).transpose(0, 2, 1, 3)
@@ -129,7 +130,7 @@ def cute_sf_offset(row, col, rows, cols):
     (((32,4),2),((16,4),3),(1,1)):(((16,4),1536),((0,1),512),(0,0)).
     """
     k = col * 16
-    rest_k = -(-cols // 4)
+    rest_k = ceil_div(cols, 4)
     r0, r1, r2 = row % 32, (row // 32) % 4, row // 128
     k0, k1, k2 = k % 16, (k // 16) % 4, k // 64
     return r0 * 16 + r1 * 4 + r2 * 512 * rest_k + k0 * 0 + k1 * 1 + k2 * 512

@@ -14,6 +14,7 @@ from fake_driver import FakeDriver, installed
 from nvfp4_aot import loader
 from nvfp4_aot.blocked import blocked_scale_bytes
 from nvfp4_aot.errors import InvalidProblemError
+from nvfp4_aot.intmath import round_up
 from nvfp4_aot.launch_layout import ALIGN
 from nvfp4_aot.manifest import ROLE_ROUTING
 from nvfp4_aot.moe import MoeGemmPlan
@@ -46,7 +47,7 @@ def test_scale_offsets_and_rows_by_hand():
     assert contiguous_scale_rows(300, 3) == (300 + 381) // 128 * 128 == 640
     assert contiguous_scale_rows(5, 100) == (5 + 5 * 127) // 128 * 128  # <= 5 experts non-empty
     for counts in ([300, 0, 0], [100, 100, 100], [1, 1, 298], [128, 128, 44]):
-        padded = sum(-(-c // 128) * 128 for c in counts)
+        padded = sum(round_up(c, 128) for c in counts)
         assert padded <= contiguous_scale_rows(300, 3)
 
 

@@ -154,7 +154,9 @@ def test_each_captured_run_keeps_its_own_table(make_fake, artifacts):
         assert a_of == [x[0].__cuda_array_interface__["data"][0] for x in (first[0], second[0])]
         inputs = [p.kernel_inputs(p.graph_slot + i)[0]["abc_pointers"] for i in range(2)]
         assert [launch.params for launch in fake.launches[-2:]] != [] and inputs[0] != inputs[1]
-        with pytest.raises(Nvfp4Error, match=r"captured into CUDA graphs 2 times.*release_graph_slots"):
+        with pytest.raises(
+            Nvfp4Error, match=r"captured into CUDA graphs 2 times.*release_graph_slots"
+        ):
             p.run(*third, stream=9)
         p.set_graph_pointers(*third)  # the latest capture (the second slot) now reads these
         staged = np.frombuffer(bytes(p._launcher._staging[p.graph_slot + 1]), np.int64)

@@ -9,6 +9,7 @@ import pytest
 
 from nvfp4_aot import plan
 from nvfp4_aot.errors import ArtifactError
+from nvfp4_aot.intmath import round_up
 from nvfp4_aot.manifest import Manifest, Workspace
 from support import (
     A16,
@@ -34,7 +35,7 @@ def test_decode_once_workspace_is_sized_for_every_sub_launch_and_zeroed(
         need_first = 132 * 512 + 120 * 40 * 256 * 2  # k 224 pads to 256
         need_second = 96 * 512 + 300 * 4224 * 2  # k 4128 pads to 4224
         assert need_second > need_first
-        assert p.workspace_bytes == -(-need_second // 128) * 128
+        assert p.workspace_bytes == round_up(need_second, 128)
         names = hopper_fake.names()
         assert names.index("cuMemsetD8") < names.index("cuCtxSynchronize")
         inputs = p.kernel_inputs(0)
