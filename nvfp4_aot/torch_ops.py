@@ -29,15 +29,14 @@ operand), never reads the routing, never synchronises, and launches on
 float64 reference (slow; for tests and for checking a pipeline without a GPU).
 
 Plans. The ops keep one :class:`nvfp4_aot.MoeGemmPlan` per (device, E, n, k, layout,
-capacity) *and expert weights* (the addresses of b and sfb), i.e. one per projection of
-a layer. The reason is CUDA graphs: a plan's captured run reads its operand addresses
-from the plan's one graph slot, so two captured calls of one plan with different
-operands would both run with the last. With a plan per weight set, the eager warm-up
-that CUDA graph capture needs anyway creates every plan the capture uses (a plan cannot
-be created during capture), and each layer's captured call owns its plan's graph slot.
-Capturing one plan again with other operands (the same layer twice in one graph, or in
-two graphs whose activations lie at different addresses) raises; after destroying the
-old graphs, :func:`release_plans` starts over.
+capacity) and expert weights (the addresses of b and sfb), i.e. one per projection of a
+layer, created on the first eager call (a plan cannot be created during CUDA graph
+capture: run the module once eagerly before capturing, as torch.cuda.graph needs
+anyway). A captured call takes a capture slot of its plan (its operand addresses stay
+with that graph); a plan has 8, so each layer may be captured into 8 graphs at once
+(serving engines capture one graph per batch size, whose capacities differ: another
+plan each). Plans that graphs captured are never evicted; :func:`release_plans` frees
+all of them once those graphs are destroyed.
 
 Routing on the GPU (no ``.item()``, no ``.tolist()``, no host sync; ``bincount`` is
 avoided since on CUDA it reads the largest id back to the host)::
@@ -89,7 +88,7 @@ _library = None  # the torch.library.Library holding our registrations
 _moe_gemm = None  # torch.ops.nvfp4_aot.moe_gemm once registered
 _moe_gemm_out = None
 _plans: dict[tuple, object] = {}  # plan key -> MoeGemmPlan (insertion order = age)
-_captured: dict[tuple, tuple] = {}  # plan key -> the operand addresses its graph slot holds
+_captured: set[tuple] = set()  # keys of plans that CUDA graphs captured: never evicted
 
 
 # ---------------------------------------------------------------------------------------
@@ -219,8 +218,8 @@ def plans() -> list:
 
 
 def release_plans() -> None:
-    """Close every plan the ops hold (waiting for their queued runs) and forget which
-    operands CUDA graphs captured. Only when no graph that captured an op will replay."""
+    """Close every plan the ops hold (waiting for their queued runs). Only when no graph
+    that captured an op will replay."""
     with _lock:
         held = list(_plans.values())
         _plans.clear()
@@ -379,7 +378,8 @@ def _moe_gemm_out_cuda(a, b, sfa, sfb, routing, out, layout="contiguous"):
     if plan is None:
         plan = _new_plan(key, capturing)
     if capturing:
-        _claim_graph_slot(key, pointers)
+        with _lock:
+            _captured.add(key)
     plan.run(*pointers, stream=torch.cuda.current_stream(device).cuda_stream)
 
 
@@ -411,20 +411,6 @@ def _new_plan(key: tuple, capturing: bool):
     for old in evict:
         old.close()
     return plan
-
-
-def _claim_graph_slot(key: tuple, pointers: tuple) -> None:
-    with _lock:
-        held = _captured.setdefault(key, pointers)
-    if held != pointers:
-        device, experts, n, k, layout, capacity, _b, _sfb = key
-        raise RuntimeError(
-            f"nvfp4_aot::moe_gemm: the plan for {experts} experts, n={n}, k={k}, {layout}, "
-            f"capacity {capacity} with these expert weights was already captured into a CUDA "
-            "graph with other operand addresses (a plan has one graph slot, and that graph "
-            "would replay with these): give the call the same static buffers in every graph, "
-            "or call nvfp4_aot.torch_ops.release_plans() once the old graphs are destroyed"
-        )
 
 
 def _moe_gemm_cpu(a, b, sfa, sfb, routing, layout="contiguous"):

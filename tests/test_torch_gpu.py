@@ -209,16 +209,23 @@ def test_cuda_graph_serves_new_routings(torch, ops, layout):
         torch.cuda.synchronize()
         check(torch, operands, routing, operands.out, f"{layout} replay {i}")
         check(torch, operands, routing, functional, f"{layout} replay {i}", untouched=False)
-    # the same call eagerly afterwards, and a second capture with other operands refused
+    # the same call eagerly afterwards, and a second graph writing another output: the
+    # plan keeps each captured call's operands in a capture slot of its own
     operands.load(torch, cases[1])
     ops.moe_gemm_out(*operands.args(), operands.out, layout)
     torch.cuda.synchronize()
     check(torch, operands, routing=cases[1], c=operands.out, label=f"{layout} eager after")
-    other = torch.empty_like(operands.out)
-    with pytest.raises(RuntimeError, match="already captured into a CUDA graph"):
-        with torch.cuda.graph(torch.cuda.CUDAGraph()):
-            ops.moe_gemm_out(*operands.args(), other, layout)
-    del graph
+    other = torch.full_like(operands.out, float("nan"))
+    second = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(second):
+        ops.moe_gemm_out(*operands.args(), other, layout)
+    operands.load(torch, cases[2])
+    graph.replay()
+    second.replay()
+    torch.cuda.synchronize()
+    check(torch, operands, cases[2], operands.out, f"{layout} first graph after the second")
+    check(torch, operands, cases[2], other, f"{layout} second graph", untouched=False)
+    del graph, second
 
 
 def test_capture_without_warm_up_says_so(torch, ops):
