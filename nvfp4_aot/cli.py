@@ -18,7 +18,8 @@ one max_m = T rows per expert), and the routings: ``--routing KIND`` (repeatable
 :data:`nvfp4_aot.moe_data.ROUTING_KINDS`) and ``--routings N`` (how many, the kinds in
 turn). ``verify`` captures one CUDA graph per plan and checks every routing eagerly and
 by a replay; ``bench`` times graph replays (GPU) and eager runs (wall and host) per
-routing.
+routing. This module declares every option; the MoE cases, runs and reports are
+:mod:`nvfp4_aot.cli_moe`'s (which builds on the output helpers here).
 Errors of the package (:class:`~nvfp4_aot.errors.Nvfp4Error`) become one-line messages
 with a non-zero exit, never tracebacks.
 """
@@ -28,7 +29,6 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -36,12 +36,11 @@ import click
 import numpy as np
 
 from . import __version__, driver, loader, validation
-from .blocked import blocked_scale_bytes
-from .device_data import DeviceOperands
+from .device_data import DeviceOperands, scale_codes
 from .errors import CudaError, Nvfp4Error, UnsupportedDeviceError
-from .layouts import E4M3_VALUES, random_problem
-from .moe_data import ROUTING_KINDS, MoeProblem, random_counts
-from .moe_layout import LAYOUTS, check_moe_problem
+from .layouts import random_problem
+from .moe_data import ROUTING_KINDS
+from .moe_layout import LAYOUTS
 from .reference import reference_gemm, relative_error
 
 # Built-in cases when no shapes are given. Verify: one group, ragged groups (k not a
@@ -100,18 +99,39 @@ def _require_device(device: int) -> None:
 # shapes -------------------------------------------------------------------------------
 
 
-def parse_shape(text: str) -> tuple[int, int, int]:
-    """``"M,N,K"`` -> (m, n, k); raises click.BadParameter naming the text."""
-    parts = [p.strip() for p in text.replace("x", ",").split(",")]
-    try:
-        values = tuple(int(p) for p in parts)
-    except ValueError:
-        values = ()
-    if len(values) != 3:
-        raise click.BadParameter(
-            f"expected M,N,K (three integers), got {text!r}", param_hint="--shape"
-        )
-    return values
+class _Triple(click.ParamType):
+    """Three integers ``"A,B,C"`` (or ``AxBxC``): --shape M,N,K and --moe E,N,K."""
+
+    def __init__(self, name: str, hint: str, meaning: str = ""):
+        self.name, self.hint, self.meaning = name, hint, meaning
+
+    def parse(self, text: str) -> tuple[int, int, int]:
+        """``text`` -> three integers; raises click.BadParameter naming the text."""
+        parts = [p.strip() for p in text.replace("x", ",").split(",")]
+        try:
+            values = tuple(int(p) for p in parts)
+        except ValueError:
+            values = ()
+        if len(values) != 3:
+            raise click.BadParameter(
+                f"expected {self.name} ({self.meaning}three integers), got {text!r}",
+                param_hint=self.hint,
+            )
+        return values
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            return self.parse(value)
+        except click.BadParameter as exc:
+            self.fail(exc.message, param, ctx)
+
+
+SHAPE = _Triple("M,N,K", "--shape")
+MOE = _Triple("E,N,K", "--moe", "experts, n, k: ")
+parse_shape = SHAPE.parse  # "M,N,K" -> (m, n, k)
+parse_moe = MOE.parse  # "E,N,K" -> (experts, n, k)
 
 
 def case_from_json(raw, where: str) -> Case:
@@ -197,155 +217,12 @@ def collect_cases(shapes_file, section, groups_json, shapes, defaults) -> list[C
     return cases
 
 
-# MoE cases ------------------------------------------------------------------------------
-
-# MoE defaults: tokens per step when --tokens is not given, and routings per kind
-MOE_TOKENS_DEFAULT = {"verify": 64, "bench": 256}
-MOE_ROUTINGS_PER_KIND = {"verify": 2, "bench": 1}
-# verify keeps a float64 copy of every expert's weights on the host; refuse beyond this
-MOE_VERIFY_HOST_BYTES = 4 << 30
-MOE_POISON = 0xFFFF  # a NaN in float16: an expert row left unwritten fails its check
-MOE_GUARD_ROWS = 64  # rows of poison after C: a write past C shows there
-
-
-@dataclass(frozen=True)
-class MoeCase:
-    """One MoE problem: E experts of (n x k) weights, ``tokens`` tokens per step, each
-    routed to ``top_k`` experts, in one of the two layouts of :mod:`nvfp4_aot.moe`.
-
-    contiguous: capacity = tokens * top_k rows of A and C; masked: max_m = tokens rows
-    per expert (no expert gets a token twice, so tokens is the most it can get).
-    """
-
-    experts: int
-    n: int
-    k: int
-    layout: str
-    tokens: int
-    top_k: int
-
-    @property
-    def name(self) -> str:
-        return f"E{self.experts}-n{self.n}-k{self.k}-{self.layout}-T{self.tokens}-top{self.top_k}"
-
-    @property
-    def capacity(self) -> int:
-        return self.tokens * self.top_k if self.layout == "contiguous" else self.tokens
-
-    @property
-    def routed(self) -> int:
-        """Rows one step routes (before the masked layout clamps each expert to max_m)."""
-        return self.tokens * self.top_k
-
-
-def parse_moe(text: str) -> tuple[int, int, int]:
-    """``"E,N,K"`` -> (experts, n, k); raises click.BadParameter naming the text."""
-    parts = [p.strip() for p in text.replace("x", ",").split(",")]
-    try:
-        values = tuple(int(p) for p in parts)
-    except ValueError:
-        values = ()
-    if len(values) != 3:
-        raise click.BadParameter(
-            f"expected E,N,K (experts, n, k: three integers), got {text!r}", param_hint="--moe"
-        )
-    return values
-
-
-class _MoeType(click.ParamType):
-    name = "E,N,K"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, tuple):
-            return value
-        try:
-            return parse_moe(value)
-        except click.BadParameter as exc:
-            self.fail(exc.message, param, ctx)
-
-
-def collect_moe_cases(command, moe, layouts, tokens, top_k, kinds, routings, shape_given):
-    """(MoE cases, routing kinds, routings per case) from the options, checked before any
-    GPU work; ``([], ...)`` without --moe (then no MoE option may be given)."""
-    if not moe:
-        given = [
-            name
-            for name, value in (
-                ("--layout", layouts),
-                ("--tokens", tokens),
-                ("--top-k", top_k),
-                ("--routing", kinds),
-                ("--routings", routings),
-            )
-            if value not in (None, ())
-        ]
-        if given:
-            raise click.UsageError(f"{given[0]} describes a MoE problem: it needs --moe E,N,K")
-        return [], (), 0
-    if shape_given:
-        raise click.UsageError("--moe cannot be combined with --shapes, --groups-json or --shape")
-    layouts = tuple(dict.fromkeys(layouts or ("contiguous",)))
-    tokens = tuple(dict.fromkeys(tokens or (MOE_TOKENS_DEFAULT[command],)))
-    top_k = 1 if top_k is None else top_k
-    kinds = tuple(dict.fromkeys(kinds or ROUTING_KINDS))
-    routings = routings or MOE_ROUTINGS_PER_KIND[command] * len(kinds)
-    cases = []
-    for experts, n, k in moe:
-        for layout in layouts:
-            for t in tokens:
-                case = MoeCase(experts, n, k, layout, t, top_k)
-                try:
-                    check_moe_problem(experts, n, k, layout, case.capacity)
-                except Nvfp4Error as exc:
-                    raise click.BadParameter(f"{case.name}: {exc}", param_hint="--moe") from None
-                if top_k > experts:
-                    raise click.BadParameter(
-                        f"{top_k} is more than the {experts} experts of --moe {experts},{n},{k}",
-                        param_hint="--top-k",
-                    )
-                if case.routed > validation.INT32_MAX:
-                    raise click.BadParameter(
-                        f"{case.name}: {case.routed} routed rows do not fit int32",
-                        param_hint="--tokens",
-                    )
-                host = 8 * experts * n * k
-                if command == "verify" and host > MOE_VERIFY_HOST_BYTES:
-                    raise click.BadParameter(
-                        f"{case.name}: the float64 reference of the experts' weights needs "
-                        f"{host / 2**30:.1f} GiB of host memory (at most "
-                        f"{MOE_VERIFY_HOST_BYTES / 2**30:.0f} GiB); verify fewer or smaller "
-                        "experts (bench has no reference)",
-                        param_hint="--moe",
-                    )
-                cases.append(case)
-    return cases, kinds, routings
-
-
-def moe_counts(case: MoeCase, kinds, count: int, rng: np.random.Generator) -> list:
-    """``count`` routings of ``case``: (kind, tokens per expert), the kinds in turn, each
-    step routing ``tokens * top_k`` rows as the kind distributes them (moe_data)."""
-    out = []
-    for i in range(count):
-        kind = kinds[i % len(kinds)]
-        counts = random_counts(kind, case.experts, case.routed, rng)
-        if case.layout == "masked":
-            counts = np.minimum(counts, case.capacity)
-        out.append((kind, counts))
-    return out
-
-
-# device data --------------------------------------------------------------------------
-
-
-def _scale_codes(low: float = 0.25, high: float = 4.0) -> np.ndarray:
-    codes = np.arange(128)
-    values = E4M3_VALUES[:128]
-    return codes[(values >= low) & (values <= high)].astype(np.uint8)
+# timing inputs --------------------------------------------------------------------------
 
 
 def _bench_arrays(sizes, rng: np.random.Generator):
     """Timing inputs, cheaply: random bytes are uniform FP4 codes; scales in [0.25, 4]."""
-    codes = _scale_codes()
+    codes = scale_codes()
     arrays = []
     for m, n, k in sizes:
         a = rng.integers(0, 256, size=m * k // 2, dtype=np.uint8)
@@ -359,7 +236,7 @@ def _bench_arrays(sizes, rng: np.random.Generator):
 # output -------------------------------------------------------------------------------
 
 
-def _table(headers: list[str], rows: list[list]) -> str:
+def table(headers: list[str], rows: list[list]) -> str:
     text = [[str(h) for h in headers]] + [[str(v) for v in row] for row in rows]
     widths = [max(len(r[i]) for r in text) for i in range(len(headers))]
     lines = ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in text]
@@ -371,12 +248,28 @@ def _cc(capability) -> str:
     return f"{capability[0]}.{capability[1]}"
 
 
-def _emit_json(data) -> None:
+def emit_json(data) -> None:
     click.echo(json.dumps(data, indent=2))
 
 
-def _progress(length: int, label: str):
+def progress(length: int, label: str):
     return click.progressbar(length=length, label=label, file=sys.stderr)
+
+
+def document(device: int, seed: int, cases: list[dict], **settings) -> dict:
+    """The --json document of verify and bench: device, seed, ``settings``, cases."""
+    return {"device": device, "seed": seed, **settings, "cases": cases}
+
+
+def timing_summary(times_us: list[float]) -> dict:
+    """Median, p10, p90 and min of a list of times."""
+    median = statistics.median(times_us)
+    if len(times_us) > 1:
+        deciles = statistics.quantiles(times_us, n=10, method="inclusive")
+        p10, p90 = deciles[0], deciles[-1]
+    else:
+        p10 = p90 = median
+    return {"median_us": median, "p10_us": p10, "p90_us": p90, "min_us": min(times_us)}
 
 
 # common options -------------------------------------------------------------------------
@@ -430,7 +323,7 @@ def shape_options(default_section: str):
                     "--shape",
                     "shapes",
                     multiple=True,
-                    type=_ShapeType(),
+                    type=SHAPE,
                     help="M,N,K of one group; repeat for more groups (one case).",
                 ),
             ]
@@ -450,7 +343,7 @@ def moe_options(func):
                 "--moe",
                 "moe",
                 multiple=True,
-                type=_MoeType(),
+                type=MOE,
                 help="A MoE problem: E experts of N x K weights, routed on the GPU "
                 "(repeatable; replaces the shape options).",
             ),
@@ -495,18 +388,6 @@ def moe_options(func):
     return func
 
 
-class _ShapeType(click.ParamType):
-    name = "M,N,K"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, tuple):
-            return value
-        try:
-            return parse_shape(value)
-        except click.BadParameter as exc:
-            self.fail(exc.message, param, ctx)
-
-
 # commands ------------------------------------------------------------------------------
 
 
@@ -516,7 +397,7 @@ def main():
     """Ahead-of-time compiled NVFP4 block-scaled grouped GEMM kernels."""
 
 
-def _runs(cases, kernels) -> list[tuple[int, Case, str | None]]:
+def case_runs(cases, kernels) -> list[tuple[int, Case, str | None]]:
     """(case index, case, kernel family or None for the plan's pick): each case once per
     --kernel given (the case index seeds its inputs, so every family gets the same ones)."""
     return [
@@ -570,7 +451,7 @@ def info(artifacts, as_json):
         "gpus": gpus,
     }
     if as_json:
-        _emit_json(data)
+        emit_json(data)
         return
     click.echo(f"nvfp4-aot {__version__}")
     click.echo(f"artifacts: {directory}")
@@ -608,7 +489,7 @@ def info(artifacts, as_json):
         ]
         for v in variants
     ]
-    click.echo(_table(headers, rows))
+    click.echo(table(headers, rows))
     click.echo()
     if not cuda["available"]:
         click.echo(f"CUDA: {cuda['error']}")
@@ -709,23 +590,23 @@ def verify(
     captured once, every expert is compared, and every row of C outside the routed
     ranges (and a guard after C) must keep its poison. One line per routing.
     """
+    from . import cli_moe  # it builds on this module
     from .plan import GroupedGemmPlan
 
     shape_given = bool(shapes_file or groups_json or shapes)
-    moe_cases, kinds, routings = collect_moe_cases(
+    moe_cases, kinds, routings = cli_moe.collect_moe_cases(
         "verify", moe, layouts, tokens, top_k, kinds, routings, shape_given
     )
     if moe_cases:
         _require_device(device)
-        results = _verify_moe(moe_cases, kinds, routings, kernels, tol, device, seed, artifacts)
-        _moe_verify_report(results, tol, device, seed, as_json)
+        cli_moe.verify(moe_cases, kinds, routings, kernels, tol, device, seed, artifacts, as_json)
         return
     cases = collect_cases(shapes_file, section, groups_json, shapes, VERIFY_DEFAULT)
     _require_device(device)
     results = []
-    runs = _runs(cases, kernels)
+    runs = case_runs(cases, kernels)
     total = sum(len(case.sizes) for _i, case, _k in runs)
-    with _progress(total, "verify") as bar:
+    with progress(total, "verify") as bar:
         for index, case, kernel in runs:
             rng = np.random.default_rng([seed, index])
             problems = [random_problem(m, n, k, rng) for m, n, k in case.sizes]
@@ -762,15 +643,8 @@ def verify(
             results.append({"case": case.name, "variants": variants, "groups": groups})
     failed = sum(not g["ok"] for r in results for g in r["groups"])
     if as_json:
-        _emit_json(
-            {
-                "device": device,
-                "seed": seed,
-                "tol": tol,
-                "passed": failed == 0,
-                "failed_groups": failed,
-                "cases": results,
-            }
+        emit_json(
+            document(device, seed, results, tol=tol, passed=failed == 0, failed_groups=failed)
         )
     else:
         rows = []
@@ -790,7 +664,7 @@ def verify(
                     ]
                 )
         headers = ["case", "group", "m", "n", "k", "rel err", "max abs", "finite", "result"]
-        click.echo(_table(headers, rows))
+        click.echo(table(headers, rows))
         click.echo(
             f"{total - failed}/{total} groups within tol {tol:g} (device {device}, seed {seed})"
         )
@@ -859,24 +733,24 @@ def bench(
     run() call alone. TFLOP/s counts the routed rows; GB/s the weights and scales of the
     experts with tokens, the routed rows of A and C.
     """
+    from . import cli_moe  # it builds on this module
     from .plan import GroupedGemmPlan
 
     shape_given = bool(shapes_file or groups_json or shapes)
-    moe_cases, kinds, routings = collect_moe_cases(
+    moe_cases, kinds, routings = cli_moe.collect_moe_cases(
         "bench", moe, layouts, tokens, top_k, kinds, routings, shape_given
     )
     if moe_cases:
         _require_device(device)
-        results = _bench_moe(
-            moe_cases, kinds, routings, kernels, repeats, warmup, device, seed, artifacts
+        cli_moe.bench(
+            moe_cases, kinds, routings, kernels, repeats, warmup, device, seed, artifacts, as_json
         )
-        _moe_bench_report(results, repeats, warmup, device, seed, as_json)
         return
     cases = collect_cases(shapes_file, section, groups_json, shapes, BENCH_DEFAULT)
     _require_device(device)
     results = []
-    runs = _runs(cases, kernels)
-    with _progress(len(runs) * (sets + 1), "bench") as bar:
+    runs = case_runs(cases, kernels)
+    with progress(len(runs) * (sets + 1), "bench") as bar:
         for index, case, kernel in runs:
             rng = np.random.default_rng([seed, index])
             with GroupedGemmPlan(case.sizes, device, artifacts=artifacts, kernel=kernel) as plan:
@@ -908,16 +782,7 @@ def bench(
             bar.update(1)
             results.append(_bench_result(case, variants, times))
     if as_json:
-        _emit_json(
-            {
-                "device": device,
-                "seed": seed,
-                "repeats": repeats,
-                "warmup": warmup,
-                "sets": sets,
-                "cases": results,
-            }
-        )
+        emit_json(document(device, seed, results, repeats=repeats, warmup=warmup, sets=sets))
         return
     headers = ["case", "groups", "median us", "p10 us", "p90 us", "TFLOP/s", "GB/s", "variant"]
     rows = [
@@ -933,13 +798,13 @@ def bench(
         ]
         for r in results
     ]
-    click.echo(_table(headers, rows))
+    click.echo(table(headers, rows))
 
 
 def _bench_result(case: Case, variants: list[str], times_us: list[float]) -> dict:
     flops = sum(2 * m * n * k for m, n, k in case.sizes)
     moved = sum(sum(validation.operand_bytes(m, n, k).values()) for m, n, k in case.sizes)
-    timing = _summary(times_us)
+    timing = timing_summary(times_us)
     median = timing["median_us"]
     return {
         "case": case.name,
@@ -952,401 +817,3 @@ def _bench_result(case: Case, variants: list[str], times_us: list[float]) -> dic
         "flops": flops,
         "bytes": moved,
     }
-
-
-# MoE device data and runs ---------------------------------------------------------------
-
-
-class _MoeDevice:
-    """A MoE plan's operands in device memory: A, B, SFB (and, for timing, SFA) uploaded
-    once, the routing array and SFA rewritten per routing, C followed by guard rows."""
-
-    def __init__(self, case: MoeCase, needs: dict[str, int], arrays: dict[str, np.ndarray]):
-        self.case = case
-        self.rows = needs["c"] // (2 * case.n)
-        self.c_elements = (self.rows + MOE_GUARD_ROWS) * case.n
-        sizes = dict(needs, c=2 * self.c_elements)
-        self.pointers: dict[str, int] = {}
-        try:
-            for name in ("routing", "a", "b", "c", "sfa", "sfb"):
-                self.pointers[name] = driver.mem_alloc(sizes[name])
-                if name in arrays:
-                    self.write(name, arrays[name])
-                elif name == "sfa":  # scale rows a routing leaves out stay zero
-                    driver.memset_d8(self.pointers[name], 0, sizes[name])
-        except BaseException:
-            self.free()
-            raise
-
-    @property
-    def operands(self) -> tuple[int, ...]:
-        """(a, b, c, sfa, sfb, routing): MoeGemmPlan.run's arguments."""
-        p = self.pointers
-        return p["a"], p["b"], p["c"], p["sfa"], p["sfb"], p["routing"]
-
-    def write(self, name: str, array: np.ndarray) -> None:
-        array = np.ascontiguousarray(array)
-        driver.memcpy_htod(self.pointers[name], array.ctypes.data, array.nbytes)
-
-    def load(self, routing=None, sfa=None) -> None:
-        """Write a routing's array (and scales); poison C and its guard; wait for it all,
-        so that work on any stream sees it."""
-        if routing is not None:
-            self.write("routing", routing)
-        if sfa is not None:
-            self.write("sfa", sfa)
-        driver.memset_d16(self.pointers["c"], MOE_POISON, self.c_elements)
-        driver.synchronize()
-
-    def c_raw(self) -> np.ndarray:
-        """C and its guard rows as raw float16 bits."""
-        out = np.empty((self.rows + MOE_GUARD_ROWS, self.case.n), dtype=np.uint16)
-        driver.memcpy_dtoh(out.ctypes.data, self.pointers["c"], out.nbytes)
-        return out
-
-    def free(self) -> None:
-        for pointer in self.pointers.values():
-            driver.mem_free(pointer)
-        self.pointers = {}
-
-
-def _moe_capture(plan, data: _MoeDevice, stream: int):
-    """One run of ``plan`` captured into a CUDA graph on ``stream``: (graph, executable)."""
-    mode = driver.backend().CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
-    driver.call("cuStreamBeginCapture", stream, mode)
-    try:
-        plan.run(*data.operands, stream=stream)
-    finally:
-        graph = driver.call("cuStreamEndCapture", stream)
-    try:
-        return graph, driver.call("cuGraphInstantiate", graph, 0)
-    except BaseException:
-        driver.call("cuGraphDestroy", graph)
-        raise
-
-
-def _moe_graph_destroy(captured) -> None:
-    if captured is not None:
-        graph, executable = captured
-        driver.call("cuGraphExecDestroy", executable)
-        driver.call("cuGraphDestroy", graph)
-
-
-def _moe_check(data: _MoeDevice, problem, routing, tol: float) -> dict:
-    """Every expert's rows against the float64 reference; every other row of C and the
-    guard after it must still hold the poison."""
-    raw = data.c_raw()
-    written = np.zeros(raw.shape[0], dtype=bool)
-    worst, worst_expert, max_abs, finite = 0.0, None, 0.0, True
-    for e, (start, stop) in enumerate(routing.row_ranges):
-        if stop <= start:
-            continue
-        written[start:stop] = True
-        out = raw[start:stop].view(np.float16).astype(np.float64)
-        ref = problem.reference(routing, e)
-        error = relative_error(out, ref)
-        if not np.isfinite(out).all():
-            finite = False
-        else:
-            max_abs = max(max_abs, float(np.max(np.abs(out - ref))))
-        if worst_expert is None or not error <= worst:  # NaN and inf count as worst
-            worst, worst_expert = error, e
-    stray = int((raw[~written] != MOE_POISON).any(axis=1).sum())
-    return {
-        "relative_error": worst,
-        "worst_expert": worst_expert,
-        "max_abs_error": max_abs if finite else None,
-        "finite": finite,
-        "stray_rows": stray,
-        "ok": finite and worst <= tol and stray == 0,
-    }
-
-
-def _verify_moe(cases, kinds, routings, kernels, tol, device, seed, artifacts) -> list[dict]:
-    """Each case: one plan, every routing run eagerly and by replaying one CUDA graph
-    captured once; every expert compared, every other row of C checked for poison."""
-    from .moe import MoeGemmPlan
-
-    results = []
-    runs = _runs(cases, kernels)
-    with _progress(len(runs) * routings, "verify") as bar:
-        for index, case, kernel in runs:
-            rng = np.random.default_rng([seed, index])
-            problem = MoeProblem(case.experts, case.n, case.k, case.layout, case.capacity, rng)
-            steps = [
-                (kind, problem.routing(counts))
-                for kind, counts in moe_counts(case, kinds, routings, rng)
-            ]
-            rows = []
-            with MoeGemmPlan(case.experts, case.n, case.k, layout=case.layout,
-                             capacity=case.capacity, device=device, artifacts=artifacts,
-                             kernel=kernel) as plan:  # fmt: skip
-                needs = plan.layout.operand_bytes()
-                arrays = {"a": problem.a, "b": problem.b, "sfb": problem.sfb}
-                data = _MoeDevice(case, needs, arrays)
-                stream = driver.stream_create()
-                captured = None
-                try:
-                    data.load(steps[0][1].routing, steps[0][1].sfa)
-                    captured = _moe_capture(plan, data, stream)
-                    for i, (kind, routing) in enumerate(steps):
-                        data.load(routing.routing, routing.sfa)
-                        plan.run(*data.operands, stream=stream)
-                        driver.stream_synchronize(stream)
-                        eager = _moe_check(data, problem, routing, tol)
-                        data.load()
-                        driver.call("cuGraphLaunch", captured[1], stream)
-                        driver.stream_synchronize(stream)
-                        graph = _moe_check(data, problem, routing, tol)
-                        rows.append(
-                            {
-                                "routing": i,
-                                "kind": kind,
-                                "active_experts": int((routing.counts > 0).sum()),
-                                "rows": int(routing.counts.sum()),
-                                "max_expert_rows": int(routing.counts.max(initial=0)),
-                                "eager": eager,
-                                "graph": graph,
-                                "ok": eager["ok"] and graph["ok"],
-                            }
-                        )
-                        bar.update(1)
-                finally:
-                    _moe_graph_destroy(captured)
-                    driver.stream_destroy(stream)
-                    data.free()
-                family, variants = plan.family, [v.name for v in plan.layout.variants]
-            results.append(
-                dict(_moe_case_json(case), family=family, variants=variants, routings=rows)
-            )
-    return results
-
-
-def _moe_case_json(case: MoeCase) -> dict:
-    return dict(asdict(case), case=case.name, capacity=case.capacity)
-
-
-def _moe_verify_report(results, tol, device, seed, as_json) -> None:
-    total = sum(len(r["routings"]) for r in results)
-    failed = sum(not s["ok"] for r in results for s in r["routings"])
-    if as_json:
-        _emit_json(
-            {
-                "device": device,
-                "seed": seed,
-                "tol": tol,
-                "passed": failed == 0,
-                "failed_routings": failed,
-                "cases": results,
-            }
-        )
-    else:
-
-        def error(check):
-            text = f"{check['relative_error']:.2e}"
-            return text if check["stray_rows"] == 0 else f"{text} +{check['stray_rows']} rows"
-
-        rows = [
-            [
-                r["case"],
-                r["family"],
-                s["routing"],
-                s["kind"],
-                s["active_experts"],
-                s["rows"],
-                error(s["eager"]),
-                error(s["graph"]),
-                "ok" if s["ok"] else "FAIL",
-            ]
-            for r in results
-            for s in r["routings"]
-        ]
-        headers = ["case", "kernel", "routing", "kind", "experts", "rows", "eager err",
-                   "graph err", "result"]  # fmt: skip
-        click.echo(_table(headers, rows))
-        click.echo(
-            f"{total - failed}/{total} routings within tol {tol:g}, eager and in one CUDA "
-            f"graph, no row outside the routed ranges written (device {device}, seed {seed})"
-        )
-    if failed:
-        raise click.ClickException(f"{failed} of {total} routing(s) failed verification")
-
-
-def _random_bytes(size: int, rng: np.random.Generator) -> np.ndarray:
-    """Random bytes: uniform FP4 codes, two per byte."""
-    return np.frombuffer(rng.bytes(size), dtype=np.uint8)
-
-
-def _random_scales(size: int, rng: np.random.Generator) -> np.ndarray:
-    """Random E4M3 scale codes in [0.25, 4] (finite, never zero)."""
-    codes = _scale_codes()
-    return codes[_random_bytes(size, rng) % len(codes)]
-
-
-def _routing_array(case: MoeCase, counts) -> np.ndarray:
-    """The device routing array for ``counts``: offsets[E + 1] or masked_m[E] (int32)."""
-    counts = np.asarray(counts, dtype=np.int64)
-    if case.layout == "masked":
-        return counts.astype(np.int32)
-    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-
-
-def _moe_touched_bytes(case: MoeCase, counts) -> int:
-    """Bytes a routing must move at least: the weights and scales of the experts with
-    tokens, the routed rows of A and their scales, and the rows of C written."""
-    rows = int(np.sum(counts))
-    active = int(np.count_nonzero(counts))
-    n, k = case.n, case.k
-    return active * (n * k // 2 + blocked_scale_bytes(n, k)) + rows * (k // 2 + k // 16 + 2 * n)
-
-
-def _time_graph(executable, stream: int, events, warmup: int) -> list[float]:
-    """Microseconds of each of ``len(events) - 1`` replays queued back to back, from a
-    CUDA event recorded between each two."""
-    for _ in range(warmup):
-        driver.call("cuGraphLaunch", executable, stream)
-    driver.event_record(events[0], stream)
-    for event in events[1:]:
-        driver.call("cuGraphLaunch", executable, stream)
-        driver.event_record(event, stream)
-    driver.event_synchronize(events[-1])
-    return [driver.event_elapsed_ms(a, b) * 1e3 for a, b in zip(events, events[1:])]
-
-
-MOE_EAGER_BATCH = 20  # eager runs between two waits for the stream
-
-
-def _time_eager(plan, operands, stream: int, repeats: int, warmup: int):
-    """(wall µs per run, host µs per run() call): runs queued from Python in batches,
-    each batch timed from its first call until the stream has finished it, so a run's
-    time is whichever is longer, its host work or its GPU work."""
-    for _ in range(warmup):
-        plan.run(*operands, stream=stream)
-    driver.stream_synchronize(stream)
-    clock = time.perf_counter
-    walls, host = [], []
-    for _ in range(max(3, -(-repeats // MOE_EAGER_BATCH))):
-        start = clock()
-        for _ in range(MOE_EAGER_BATCH):
-            before = clock()
-            plan.run(*operands, stream=stream)
-            host.append((clock() - before) * 1e6)
-        driver.stream_synchronize(stream)
-        walls.append((clock() - start) * 1e6 / MOE_EAGER_BATCH)
-    return walls, host
-
-
-def _bench_moe(cases, kinds, routings, kernels, repeats, warmup, device, seed, artifacts):
-    """Each case: one plan and one CUDA graph; per routing, the graph's GPU time and the
-    eager wall and host time per run."""
-    from .moe import MoeGemmPlan
-
-    results = []
-    runs = _runs(cases, kernels)
-    with _progress(len(runs) * routings, "bench") as bar:
-        for index, case, kernel in runs:
-            rng = np.random.default_rng([seed, index])
-            steps = moe_counts(case, kinds, routings, rng)
-            rows = []
-            with MoeGemmPlan(case.experts, case.n, case.k, layout=case.layout,
-                             capacity=case.capacity, device=device, artifacts=artifacts,
-                             kernel=kernel) as plan:  # fmt: skip
-                needs = plan.layout.operand_bytes()
-                arrays = {
-                    "a": _random_bytes(needs["a"], rng),
-                    "b": _random_bytes(needs["b"], rng),
-                    "sfa": _random_scales(needs["sfa"], rng),
-                    "sfb": _random_scales(needs["sfb"], rng),
-                }
-                data = _MoeDevice(case, needs, arrays)
-                del arrays
-                stream = driver.stream_create()
-                captured, events = None, []
-                try:
-                    captured = _moe_capture(plan, data, stream)
-                    events = [driver.timing_event_create() for _ in range(repeats + 1)]
-                    for kind, counts in steps:
-                        data.write("routing", _routing_array(case, counts))
-                        driver.synchronize()
-                        graph = _time_graph(captured[1], stream, events, warmup)
-                        walls, host = _time_eager(plan, data.operands, stream, repeats, warmup)
-                        rows.append(_moe_bench_row(case, kind, counts, graph, walls, host))
-                        bar.update(1)
-                finally:
-                    driver.stream_synchronize(stream)
-                    for event in events:
-                        driver.event_destroy(event)
-                    _moe_graph_destroy(captured)
-                    driver.stream_destroy(stream)
-                    data.free()
-                family, variants = plan.family, [v.name for v in plan.layout.variants]
-            results.append(
-                dict(_moe_case_json(case), family=family, variants=variants, routings=rows)
-            )
-    return results
-
-
-def _moe_bench_row(case: MoeCase, kind: str, counts, graph_us, wall_us, host_us) -> dict:
-    timing = _summary(graph_us)
-    wall, host = statistics.median(wall_us), statistics.median(host_us)
-    rows = int(np.sum(counts))
-    flops = 2 * rows * case.n * case.k
-    moved = _moe_touched_bytes(case, counts)
-    median = timing["median_us"]
-    return dict(
-        kind=kind,
-        active_experts=int(np.count_nonzero(counts)),
-        rows=rows,
-        max_expert_rows=int(np.max(counts, initial=0)),
-        **{f"graph_{key}": value for key, value in timing.items()},
-        eager_wall_us=wall,
-        eager_over_graph=wall / median if median > 0 else None,
-        host_us_per_run=host,
-        host_p90_us=_summary(host_us)["p90_us"],
-        tflops=flops / (median * 1e-6) / 1e12 if median > 0 else 0.0,
-        gbps=moved / (median * 1e-6) / 1e9 if median > 0 else 0.0,
-        flops=flops,
-        bytes=moved,
-    )
-
-
-def _summary(times_us: list[float]) -> dict:
-    """Median, p10, p90 and min of a list of times."""
-    median = statistics.median(times_us)
-    if len(times_us) > 1:
-        deciles = statistics.quantiles(times_us, n=10, method="inclusive")
-        p10, p90 = deciles[0], deciles[-1]
-    else:
-        p10 = p90 = median
-    return {"median_us": median, "p10_us": p10, "p90_us": p90, "min_us": min(times_us)}
-
-
-def _moe_bench_report(results, repeats, warmup, device, seed, as_json) -> None:
-    if as_json:
-        _emit_json(
-            {"device": device, "seed": seed, "repeats": repeats, "warmup": warmup,
-             "cases": results}
-        )  # fmt: skip
-        return
-    headers = ["case", "kernel", "kind", "experts", "rows", "graph us", "p10 us", "p90 us",
-               "eager us", "eager/graph", "host us", "TFLOP/s", "GB/s"]  # fmt: skip
-    rows = [
-        [
-            r["case"],
-            r["family"],
-            s["kind"],
-            s["active_experts"],
-            s["rows"],
-            f"{s['graph_median_us']:.2f}",
-            f"{s['graph_p10_us']:.2f}",
-            f"{s['graph_p90_us']:.2f}",
-            f"{s['eager_wall_us']:.2f}",
-            "-" if s["eager_over_graph"] is None else f"{s['eager_over_graph']:.2f}",
-            f"{s['host_us_per_run']:.2f}",
-            f"{s['tflops']:.1f}",
-            f"{s['gbps']:.0f}",
-        ]
-        for r in results
-        for s in r["routings"]
-    ]
-    click.echo(_table(headers, rows))

@@ -1,19 +1,55 @@
-"""Operands of a grouped GEMM in device memory, for the CLI, benchmarks and GPU checks.
+"""Operands in device memory, for the CLI, benchmarks and GPU checks.
 
-One allocation holds A, B, C, SFA and SFB of every group, each at a 256-byte aligned
-offset and sized as the kernels read them (:func:`nvfp4_aot.validation.operand_bytes`);
-``columns`` lists the device pointers in :meth:`GroupedGemmPlan.run` order.
+:class:`DeviceOperands`: one allocation holds A, B, C, SFA and SFB of every group of a
+grouped GEMM, each at a 256-byte aligned offset and sized as the kernels read them
+(:func:`nvfp4_aot.validation.operand_bytes`); ``columns`` lists the device pointers in
+:meth:`GroupedGemmPlan.run` order.
+
+:class:`DeviceMoe`: a MoE plan's operands, C followed by poisoned guard rows;
+:class:`CapturedGraph` records runs into one CUDA graph; :func:`check_routing` compares
+a routing's output with the float64 reference and checks that nothing else was written.
+:func:`random_bytes` and :func:`random_scales` are cheap inputs for timing.
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Callable
 
 import numpy as np
 
 from . import driver, validation
 from .intmath import round_up
+from .layouts import E4M3_VALUES
+from .reference import relative_error
 
 ALIGN = 256  # cuMemAlloc alignment, kept for every operand inside the allocation
 NAN_F16 = 0xFFFF  # poison for C: an element the kernel leaves unwritten reads as NaN
+GUARD_ROWS = 64  # rows of poison after a MoE C: a write past C shows there
+
+
+# timing inputs --------------------------------------------------------------------------
+
+
+def scale_codes(low: float = 0.25, high: float = 4.0) -> np.ndarray:
+    """The positive E4M3 codes whose values lie in [low, high]."""
+    codes = np.arange(128)
+    values = E4M3_VALUES[:128]
+    return codes[(values >= low) & (values <= high)].astype(np.uint8)
+
+
+def random_bytes(size: int, rng: np.random.Generator) -> np.ndarray:
+    """Random bytes: uniform FP4 codes, two per byte."""
+    return np.frombuffer(rng.bytes(size), dtype=np.uint8)
+
+
+def random_scales(size: int, rng: np.random.Generator) -> np.ndarray:
+    """Random E4M3 scale codes in [0.25, 4] (finite, never zero)."""
+    codes = scale_codes()
+    return codes[random_bytes(size, rng) % len(codes)]
+
+
+# grouped GEMM ---------------------------------------------------------------------------
 
 
 class DeviceOperands:
@@ -75,3 +111,153 @@ class DeviceOperands:
         if self.base:
             driver.mem_free(self.base)
             self.base = 0
+
+
+# MoE ------------------------------------------------------------------------------------
+
+
+class DeviceMoe:
+    """A MoE plan's operands in device memory: A, B, SFB (and, for timing, SFA) uploaded
+    once, the routing array and SFA rewritten per routing, C followed by guard rows.
+
+    ``needs`` is the plan's :meth:`MoeLayout.operand_bytes`; ``arrays`` maps operand
+    names to host arrays to upload (SFA not given starts zeroed: scale rows a routing
+    leaves out stay zero). Allocate with the plan's device current.
+    """
+
+    def __init__(self, needs: dict[str, int], n: int, arrays: dict[str, np.ndarray]):
+        self.n = n
+        self.rows = needs["c"] // (2 * n)
+        self.c_elements = (self.rows + GUARD_ROWS) * n
+        self.sizes = dict(needs, c=2 * self.c_elements)
+        self.pointers: dict[str, int] = {}
+        try:
+            for name in ("routing", "a", "b", "c", "sfa", "sfb"):
+                self.pointers[name] = driver.mem_alloc(self.sizes[name])
+                if name in arrays:
+                    self.write(name, arrays[name])
+                elif name == "sfa":
+                    driver.memset_d8(self.pointers[name], 0, self.sizes[name])
+        except BaseException:
+            self.free()
+            raise
+
+    @classmethod
+    def of_problem(cls, needs: dict[str, int], problem) -> DeviceMoe:
+        """A :class:`~nvfp4_aot.moe_data.MoeProblem`'s activations and weights uploaded."""
+        return cls(needs, problem.n, {"a": problem.a, "b": problem.b, "sfb": problem.sfb})
+
+    @property
+    def operands(self) -> tuple[int, ...]:
+        """(a, b, c, sfa, sfb, routing): MoeGemmPlan.run's arguments."""
+        p = self.pointers
+        return p["a"], p["b"], p["c"], p["sfa"], p["sfb"], p["routing"]
+
+    def write(self, name: str, array: np.ndarray) -> None:
+        """Copy ``array`` into operand ``name`` (at most its size)."""
+        array = np.ascontiguousarray(array)
+        if array.nbytes > self.sizes[name]:
+            raise ValueError(f"{name}: {array.nbytes} bytes, the operand holds {self.sizes[name]}")
+        driver.memcpy_htod(self.pointers[name], array.ctypes.data, array.nbytes)
+
+    def load(self, routing: np.ndarray | None = None, sfa: np.ndarray | None = None) -> None:
+        """Write a routing's array (and scales); poison C and its guard; wait for it all,
+        so that work on any stream sees it (the memset is queued on the legacy stream)."""
+        if routing is not None:
+            self.write("routing", routing)
+        if sfa is not None:
+            self.write("sfa", sfa)
+        driver.memset_d16(self.pointers["c"], NAN_F16, self.c_elements)
+        driver.synchronize()
+
+    def c_raw(self) -> np.ndarray:
+        """C and its guard rows as raw float16 bits."""
+        out = np.empty((self.rows + GUARD_ROWS, self.n), dtype=np.uint16)
+        driver.memcpy_dtoh(out.ctypes.data, self.pointers["c"], out.nbytes)
+        return out
+
+    def free(self) -> None:
+        for pointer in self.pointers.values():
+            driver.mem_free(pointer)
+        self.pointers = {}
+
+    def __enter__(self) -> DeviceMoe:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.free()
+
+
+class CapturedGraph:
+    """What ``record()`` queues on ``stream``, captured into one CUDA graph and
+    instantiated; replay it with :meth:`launch`.
+
+    Captured in relaxed mode, as an application (or ``torch.cuda.graph(...,
+    capture_error_mode="relaxed")``) would capture a plan's runs; a plan's own graphs use
+    thread-local mode (:func:`nvfp4_aot.driver.capture_begin`).
+    """
+
+    def __init__(self, stream: int, record: Callable[[], None]):
+        mode = driver.backend().CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+        driver.call("cuStreamBeginCapture", stream, mode)
+        try:
+            record()
+        except BaseException:
+            driver.graph_destroy(driver.capture_end(stream))
+            raise
+        self.graph = driver.capture_end(stream)
+        try:
+            self.executable = driver.graph_instantiate(self.graph)
+        except BaseException:
+            driver.graph_destroy(self.graph)
+            raise
+
+    def launch(self, stream: int) -> None:
+        driver.graph_launch(self.executable, stream)
+
+    def destroy(self) -> None:
+        if self.graph is not None:
+            driver.graph_exec_destroy(self.executable)
+            driver.graph_destroy(self.graph)
+            self.graph = self.executable = None
+
+    def __enter__(self) -> CapturedGraph:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.destroy()
+
+
+def check_routing(data: DeviceMoe, problem, routing, tol: float) -> dict:
+    """Every expert's rows of C against ``problem.reference`` (float64); every other row
+    of C and the guard after it must still hold the poison (:meth:`DeviceMoe.load`).
+
+    ``relative_error`` is the worst expert's (NaN wins); ``stray_rows`` counts rows
+    outside the routed ranges that were written; ``ok`` needs every expert finite and
+    within ``tol`` and no stray row.
+    """
+    raw = data.c_raw()
+    written = np.zeros(raw.shape[0], dtype=bool)
+    worst, worst_expert, max_abs, finite = 0.0, None, 0.0, True
+    for e, (start, stop) in enumerate(routing.row_ranges):
+        if stop <= start:
+            continue
+        written[start:stop] = True
+        out = raw[start:stop].view(np.float16).astype(np.float64)
+        ref = problem.reference(routing, e)
+        error = relative_error(out, ref)
+        if not np.isfinite(out).all():
+            finite = False
+        else:
+            max_abs = max(max_abs, float(np.max(np.abs(out - ref))))
+        if worst_expert is None or (not math.isnan(worst) and not error <= worst):
+            worst, worst_expert = error, e
+    stray = int((raw[~written] != NAN_F16).any(axis=1).sum())
+    return {
+        "relative_error": worst,
+        "worst_expert": worst_expert,
+        "max_abs_error": max_abs if finite else None,
+        "finite": finite,
+        "stray_rows": stray,
+        "ok": finite and worst <= tol and stray == 0,
+    }

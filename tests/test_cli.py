@@ -26,7 +26,7 @@ import pytest
 from click.testing import CliRunner
 
 from fake_driver import SUCCESS, FakeDriver, real
-from nvfp4_aot import cli, driver, loader, plan
+from nvfp4_aot import cli, cli_moe, driver, loader, plan
 from nvfp4_aot.layouts import blocked_scale_bytes, blocked_to_scales
 from nvfp4_aot.manifest import ROLE_ROUTING
 from nvfp4_aot.moe_data import ROUTING_KINDS
@@ -566,12 +566,12 @@ FAMILIES = ["sm90_nvfp4_grouped_gemm", "sm90_nvfp4_grouped_gemm_a16"]
 
 
 def test_moe_cases_and_their_defaults():
-    cases, kinds, routings = cli.collect_moe_cases(
+    cases, kinds, routings = cli_moe.collect_moe_cases(
         "verify", [(8, 256, 512)], (), (), None, (), None, False
     )
-    assert cases == [cli.MoeCase(8, 256, 512, "contiguous", 64, 1)]
+    assert cases == [cli_moe.MoeCase(8, 256, 512, "contiguous", 64, 1)]
     assert kinds == ROUTING_KINDS and routings == 2 * len(ROUTING_KINDS)
-    cases, kinds, routings = cli.collect_moe_cases(
+    cases, kinds, routings = cli_moe.collect_moe_cases(
         "bench", [(8, 256, 512), (32, 128, 256)], ("contiguous", "masked"), (16, 64), 4,
         ("skewed", "uniform", "skewed"), None, False,
     )  # fmt: skip
@@ -583,13 +583,15 @@ def test_moe_cases_and_their_defaults():
     assert (contiguous.capacity, contiguous.routed) == (64 * 4, 64 * 4)
     assert (masked.capacity, masked.routed) == (64, 64 * 4)  # max_m: each token once per expert
     assert contiguous.name == "E8-n256-k512-contiguous-T64-top4"
-    assert cli.collect_moe_cases("bench", (), (), (), None, (), None, True) == ([], (), 0)
+    assert cli_moe.collect_moe_cases("bench", (), (), (), None, (), None, True) == ([], (), 0)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_moe_routings_take_the_kinds_in_turn(layout):
-    case = cli.MoeCase(16, 128, 128, layout, 50, 4)
-    steps = cli.moe_counts(case, ("uniform", "one_expert", "empty"), 7, np.random.default_rng(0))
+    case = cli_moe.MoeCase(16, 128, 128, layout, 50, 4)
+    steps = cli_moe.moe_counts(
+        case, ("uniform", "one_expert", "empty"), 7, np.random.default_rng(0)
+    )
     assert [kind for kind, _ in steps] == ["uniform", "one_expert", "empty"] * 2 + ["uniform"]
     for kind, counts in steps:
         assert counts.shape == (16,) and (counts >= 0).all()
@@ -598,7 +600,7 @@ def test_moe_routings_take_the_kinds_in_turn(layout):
         elif kind != "empty":
             assert counts.sum() == case.routed == 200
     assert steps[2][1].sum() == 0
-    assert cli._routing_array(case, [3, 0, 5] + [0] * 13).tolist()[:4] == (
+    assert cli_moe._routing_array(case, [3, 0, 5] + [0] * 13).tolist()[:4] == (
         [0, 3, 3, 8] if layout == "contiguous" else [3, 0, 5, 0]
     )
 

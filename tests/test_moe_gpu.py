@@ -13,84 +13,27 @@ routings per configuration (fewer under compute-sanitizer).
 from __future__ import annotations
 
 import os
+from functools import partial
 
 import numpy as np
 import pytest
 
 from nvfp4_aot import driver
+from nvfp4_aot.device_data import NAN_F16, CapturedGraph, DeviceMoe, check_routing
 from nvfp4_aot.moe import MoeGemmPlan
 from nvfp4_aot.moe_data import ROUTING_KINDS, MoeProblem, random_counts
-from nvfp4_aot.reference import relative_error
 
 pytestmark = pytest.mark.gpu
 
 TOLERANCE = 1e-3
-POISON = 0xFFFF
-GUARD_ROWS = 64
 FAMILIES = ("sm90_nvfp4_grouped_gemm", "sm90_nvfp4_grouped_gemm_a16")
 
 
-class DeviceMoe:
-    """The operands of a MoeProblem in device memory, C followed by a guard region."""
-
-    def __init__(self, problem: MoeProblem, routing_bytes: int, sfa_bytes: int):
-        self.problem = problem
-        n = problem.n
-        self.c_elements = (problem.rows + GUARD_ROWS) * n
-        self.buffers = {
-            "a": _upload(problem.a),
-            "b": _upload(problem.b),
-            "sfb": _upload(problem.sfb),
-            "sfa": driver.mem_alloc(sfa_bytes),
-            "routing": driver.mem_alloc(routing_bytes),
-            "c": driver.mem_alloc(2 * self.c_elements),
-        }
-        driver.memset_d8(self.buffers["sfa"], 0, sfa_bytes)
-
-    def operands(self):
-        f = self.buffers
-        return f["a"], f["b"], f["c"], f["sfa"], f["sfb"], f["routing"]
-
-    def load(self, routing) -> None:
-        """Write a routing's array and scales; poison C and its guard."""
-        for name in ("routing", "sfa"):
-            array = np.ascontiguousarray(getattr(routing, name))
-            driver.memcpy_htod(self.buffers[name], array.ctypes.data, array.nbytes)
-        driver.memset_d16(self.buffers["c"], POISON, self.c_elements)
-        driver.synchronize()  # the memset is queued on the legacy stream: done before runs
-
-    def c_raw(self) -> np.ndarray:
-        out = np.empty((self.problem.rows + GUARD_ROWS, self.problem.n), dtype=np.uint16)
-        driver.memcpy_dtoh(out.ctypes.data, self.buffers["c"], out.nbytes)
-        return out
-
-    def free(self) -> None:
-        for pointer in self.buffers.values():
-            driver.mem_free(pointer)
-
-
-def _upload(array: np.ndarray) -> int:
-    array = np.ascontiguousarray(array)
-    pointer = driver.mem_alloc(array.nbytes)
-    driver.memcpy_htod(pointer, array.ctypes.data, array.nbytes)
-    return pointer
-
-
-def check_routing(data: DeviceMoe, routing, label: str) -> None:
-    raw = data.c_raw()
-    written = np.zeros(raw.shape[0], dtype=bool)
-    for e, (start, stop) in enumerate(routing.row_ranges):
-        if stop <= start:
-            continue
-        written[start:stop] = True
-        out = raw[start:stop].view(np.float16).astype(np.float64)
-        error = relative_error(out, data.problem.reference(routing, e))
-        assert error <= TOLERANCE, f"{label}: expert {e} ({stop - start} rows): error {error:.3g}"
-    untouched = raw[~written]
-    assert (untouched == POISON).all(), (
-        f"{label}: {int((untouched != POISON).any(axis=1).sum())} rows outside the routed "
-        "ranges (or in the guard after C) were written"
-    )
+def assert_right(data: DeviceMoe, problem: MoeProblem, routing, label: str) -> None:
+    """Every expert within TOLERANCE of the float64 reference; every row outside the
+    routed ranges, and the guard after C, still poisoned."""
+    result = check_routing(data, problem, routing, TOLERANCE)
+    assert result["ok"], f"{label}: {result}"
 
 
 def routings(problem: MoeProblem, count: int, rng) -> list:
@@ -108,16 +51,6 @@ def routings(problem: MoeProblem, count: int, rng) -> list:
                 counts[rng.integers(problem.experts)] = total
         out.append(problem.routing(counts))
     return out
-
-
-def capture(plan: MoeGemmPlan, data: DeviceMoe, stream):
-    mode = driver.backend().CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
-    driver.call("cuStreamBeginCapture", stream, mode)
-    try:
-        plan.run(*data.operands(), stream=int(stream))
-    finally:
-        graph = driver.call("cuStreamEndCapture", stream)
-    return graph, driver.call("cuGraphInstantiate", graph, 0)
 
 
 CONFIGS = [  # (experts, n, k, layout, capacity, routings)
@@ -140,29 +73,27 @@ def test_one_graph_serves_every_routing(device, family, config):
     rng = np.random.default_rng(experts * 7 + len(layout))
     problem = MoeProblem(experts, n, k, layout, capacity, rng)
     stream = driver.stream_create()
-    with MoeGemmPlan(experts, n, k, layout=layout, capacity=capacity, device=device,
-                     kernel=family) as plan:  # fmt: skip
-        needs = plan.layout.operand_bytes()
-        data = DeviceMoe(problem, needs["routing"], needs["sfa"])
-        try:
-            cases = routings(problem, count, rng)
-            data.load(cases[0])
-            graph, executable = capture(plan, data, stream)
-            for i, routing in enumerate(cases):
-                data.load(routing)
-                driver.call("cuGraphLaunch", executable, stream)
-                driver.stream_synchronize(stream)
-                check_routing(data, routing, f"{family} E={experts} {layout} routing {i}")
-            # the same plan eagerly after the replays
-            data.load(cases[1])
-            plan.run(*data.operands(), stream=int(stream))
-            plan.synchronize()
-            check_routing(data, cases[1], f"{family} E={experts} {layout} eager")
-            driver.call("cuGraphExecDestroy", executable)
-            driver.call("cuGraphDestroy", graph)
-        finally:
-            data.free()
-            driver.stream_destroy(stream)
+    try:
+        with MoeGemmPlan(experts, n, k, layout=layout, capacity=capacity, device=device,
+                         kernel=family) as plan:  # fmt: skip
+            with DeviceMoe.of_problem(plan.layout.operand_bytes(), problem) as data:
+                cases = routings(problem, count, rng)
+                data.load(cases[0].routing, cases[0].sfa)
+                run = partial(plan.run, *data.operands, stream=stream)
+                with CapturedGraph(stream, run) as graph:
+                    for i, routing in enumerate(cases):
+                        data.load(routing.routing, routing.sfa)
+                        graph.launch(stream)
+                        driver.stream_synchronize(stream)
+                        label = f"{family} E={experts} {layout} routing {i}"
+                        assert_right(data, problem, routing, label)
+                    # the same plan eagerly after the replays
+                    data.load(cases[1].routing, cases[1].sfa)
+                    run()
+                    plan.synchronize()
+                    assert_right(data, problem, cases[1], f"{family} E={experts} {layout} eager")
+    finally:
+        driver.stream_destroy(stream)
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "masked"])
@@ -171,9 +102,7 @@ def test_hostile_routings_never_write_outside_c(device, layout):
     rng = np.random.default_rng(99)
     problem = MoeProblem(experts, n, k, layout, capacity, rng)
     with MoeGemmPlan(experts, n, k, layout=layout, capacity=capacity, device=device) as plan:
-        needs = plan.layout.operand_bytes()
-        data = DeviceMoe(problem, needs["routing"], needs["sfa"])
-        try:
+        with DeviceMoe.of_problem(plan.layout.operand_bytes(), problem) as data:
             good = problem.routing(random_counts("uniform", experts, capacity // 2, rng))
             hostile = []
             if layout == "contiguous":
@@ -187,18 +116,15 @@ def test_hostile_routings_never_write_outside_c(device, layout):
                 hostile.append(np.full(experts, 1 << 30))
                 hostile.append(np.full(experts, -1))
             for values in hostile:
-                routing = good.__class__(good.counts, values.astype(np.int32), good.sfa, [])
-                data.load(routing)
-                plan.run(*data.operands())
+                data.load(values.astype(np.int32), good.sfa)
+                plan.run(*data.operands)
                 plan.synchronize()
                 guard = data.c_raw()[problem.rows :]
-                assert (guard == POISON).all(), f"{layout}: a hostile routing wrote past C"
-            data.load(good)  # the plan still computes correctly afterwards
-            plan.run(*data.operands())
+                assert (guard == NAN_F16).all(), f"{layout}: a hostile routing wrote past C"
+            data.load(good.routing, good.sfa)  # the plan still computes correctly afterwards
+            plan.run(*data.operands)
             plan.synchronize()
-            check_routing(data, good, f"{layout} after hostile routings")
-        finally:
-            data.free()
+            assert_right(data, problem, good, f"{layout} after hostile routings")
 
 
 def test_two_layers_of_one_plan_in_one_graph(device):
@@ -210,29 +136,27 @@ def test_two_layers_of_one_plan_in_one_graph(device):
     stream = driver.stream_create()
     with MoeGemmPlan(experts, n, k, capacity=capacity, device=device) as plan:
         needs = plan.layout.operand_bytes()
-        layers = [DeviceMoe(p, needs["routing"], needs["sfa"]) for p in problems]
+        layers = [DeviceMoe.of_problem(needs, p) for p in problems]
         try:
-            mode = driver.backend().CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
-            driver.call("cuStreamBeginCapture", stream, mode)
-            try:
+
+            def record():
                 for layer in layers:
-                    plan.run(*layer.operands(), stream=int(stream))
-            finally:
-                graph = driver.call("cuStreamEndCapture", stream)
-            executable = driver.call("cuGraphInstantiate", graph, 0)
-            for step in range(3):
-                routings = [
-                    p.routing(random_counts(ROUTING_KINDS[step], experts, capacity, rng))
-                    for p in problems
-                ]
-                for layer, routing in zip(layers, routings):
-                    layer.load(routing)
-                driver.call("cuGraphLaunch", executable, stream)
-                driver.stream_synchronize(stream)
-                for i, (layer, routing) in enumerate(zip(layers, routings)):
-                    check_routing(layer, routing, f"layer {i} replay {step}")
-            driver.call("cuGraphExecDestroy", executable)
-            driver.call("cuGraphDestroy", graph)
+                    plan.run(*layer.operands, stream=stream)
+
+            with CapturedGraph(stream, record) as graph:
+                for step in range(3):
+                    step_routings = [
+                        p.routing(random_counts(ROUTING_KINDS[step], experts, capacity, rng))
+                        for p in problems
+                    ]
+                    for layer, routing in zip(layers, step_routings):
+                        layer.load(routing.routing, routing.sfa)
+                    graph.launch(stream)
+                    driver.stream_synchronize(stream)
+                    for i, (layer, problem, routing) in enumerate(
+                        zip(layers, problems, step_routings)
+                    ):
+                        assert_right(layer, problem, routing, f"layer {i} replay {step}")
         finally:
             for layer in layers:
                 layer.free()
