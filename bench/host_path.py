@@ -43,6 +43,7 @@ sys.path.insert(0, str(REPO))
 from nvfp4_aot import driver  # noqa: E402
 from nvfp4_aot.device_data import DeviceOperands  # noqa: E402
 from nvfp4_aot.plan import GroupedGemmPlan  # noqa: E402
+from nvfp4_aot.intmath import ceil_div  # noqa: E402
 
 # The DSL path, measured 2026-12-02 on the CPU development machine (x86-64, 2 cores,
 # Python 3.11.7, nvidia-cutlass-dsl 4.8.1, no GPU): wall time of a fresh
@@ -318,12 +319,14 @@ def steady_state(device: int, calls: int, pointer_sets: int, floor) -> dict:
 def graph(device: int, runs_per_graph: int, replays: int, alternate: bool = True) -> dict:
     """Capture ``runs_per_graph`` runs and replay the graph.
 
-    Under capture a plan records into its graph slot (a pointer-table copy node and the
-    kernel node per run). With ``alternate`` the runs alternate between two plans with
-    two input sets, so the replay must write both sets' C; without, one plan.
+    Under capture every run of a plan records into a capture slot of its own (a
+    pointer-table copy node and the kernel node per run), so each plan gets a slot per
+    captured run. With ``alternate`` the runs alternate between two plans with two input
+    sets, so the replay must write both sets' C; without, one plan.
     """
     sets = [Operands(SMALL) for _ in range(2 if alternate else 1)]
-    plans = [GroupedGemmPlan(SMALL, device) for _ in sets]
+    slots = ceil_div(runs_per_graph, len(sets))
+    plans = [GroupedGemmPlan(SMALL, device, capture_slots=slots) for _ in sets]
     stream = driver.stream_create()
     mode = driver.backend().CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
     driver.call("cuStreamBeginCapture", stream, mode)
