@@ -42,8 +42,8 @@ sys.path.insert(0, str(REPO))
 
 from nvfp4_aot import driver  # noqa: E402
 from nvfp4_aot.device_data import DeviceOperands  # noqa: E402
-from nvfp4_aot.plan import GroupedGemmPlan  # noqa: E402
 from nvfp4_aot.intmath import ceil_div  # noqa: E402
+from nvfp4_aot.plan import GroupedGemmPlan  # noqa: E402
 
 # The DSL path, measured 2026-12-02 on the CPU development machine (x86-64, 2 cores,
 # Python 3.11.7, nvidia-cutlass-dsl 4.8.1, no GPU): wall time of a fresh
