@@ -108,6 +108,12 @@ def block_scan(value: cutlass.Int32, s_warp: cute.Tensor, tidx: cutlass.Int32):
     return before + inclusive - value, total
 
 
+def gemm_table(plan: cute.Tensor, word, dtype, layout) -> cute.Tensor:
+    """The GEMM table whose device address plan word ``word`` holds (inlined at trace)."""
+    pointer = cute.make_ptr(dtype, plan[word], cute.AddressSpace.gmem, assumed_align=16)
+    return cute.make_tensor(pointer, layout)
+
+
 @cute.jit
 def expert_rows(expert, routing: cute.Tensor, layout, capacity):
     """(first row, rows) of ``expert``, clamped to the plan's capacity."""
@@ -183,26 +189,16 @@ def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer, num_groups: cutl
     sf_row, _sf_total = block_scan(padded, s_warp, tidx)
     sf_row = sf_row + sf_before
 
-    sizes = cute.make_tensor(
-        cute.make_ptr(cutlass.Int32, plan[record + C_SIZES], cute.AddressSpace.gmem,
-                      assumed_align=16),
-        cute.make_layout((groups, 4), stride=(4, 1)),
-    )  # fmt: skip
-    abc = cute.make_tensor(
-        cute.make_ptr(cutlass.Int64, plan[record + C_ABC], cute.AddressSpace.gmem,
-                      assumed_align=16),
-        cute.make_layout((groups, 3), stride=(3, 1)),
-    )  # fmt: skip
-    scales = cute.make_tensor(
-        cute.make_ptr(cutlass.Int64, plan[record + C_SCALES], cute.AddressSpace.gmem,
-                      assumed_align=16),
-        cute.make_layout((groups, 2), stride=(2, 1)),
-    )  # fmt: skip
-    prefix = cute.make_tensor(
-        cute.make_ptr(cutlass.Int32, plan[record + C_PREFIX], cute.AddressSpace.gmem,
-                      assumed_align=16),
-        cute.make_layout(groups + 1),
-    )  # fmt: skip
+    sizes = gemm_table(
+        plan, record + C_SIZES, cutlass.Int32, cute.make_layout((groups, 4), stride=(4, 1))
+    )
+    abc = gemm_table(
+        plan, record + C_ABC, cutlass.Int64, cute.make_layout((groups, 3), stride=(3, 1))
+    )
+    scales = gemm_table(
+        plan, record + C_SCALES, cutlass.Int64, cute.make_layout((groups, 2), stride=(2, 1))
+    )
+    prefix = gemm_table(plan, record + C_PREFIX, cutlass.Int32, cute.make_layout(groups + 1))
 
     if active == 1:
         expert64 = cutlass.Int64(expert)
