@@ -21,6 +21,7 @@ from .operands import (
     cuda_array_interface,
     device_array,
     device_of,
+    torch_pointer,
 )
 
 FIELDS = validation.OPERAND_FIELDS
@@ -140,20 +141,12 @@ class OperandIntake:
 
     def _pointer_of(self, f: int, g: int, obj, stream: int, launch_stream: int, producers) -> int:
         expected = self._expected[f][g]
-        if getattr(obj, "is_cuda", False) and hasattr(obj, "data_ptr"):
-            # PyTorch tensors, duck-typed (the runtime never imports torch): their
-            # __cuda_array_interface__ is much slower to build than these attributes.
-            if (
-                str(obj.dtype) in _TORCH_DTYPES[f]
-                and obj.device.index == self.device
-                and obj.is_contiguous()
-                and (
-                    tuple(obj.shape) == expected
-                    if f <= _C
-                    else obj.numel() * obj.element_size() >= expected
-                )
-            ):
-                return obj.data_ptr()
+        pointer = torch_pointer(
+            obj, _TORCH_DTYPES[f], self.device, (expected,) if f <= _C else None,
+            0 if f <= _C else expected,
+        )  # fmt: skip
+        if pointer is not None:
+            return pointer
         interface = cuda_array_interface(obj)
         if type(interface) is dict:
             shape = interface.get("shape")

@@ -49,7 +49,14 @@ from .moe_layout import (
     contiguous_scale_rows,
     scale_offsets,
 )
-from .operands import check_matrix, check_scales, device_array, is_c_contiguous, stream_handle
+from .operands import (
+    check_matrix,
+    check_scales,
+    device_array,
+    is_c_contiguous,
+    stream_handle,
+    torch_pointer,
+)
 
 __all__ = [
     "LAYOUTS",
@@ -201,25 +208,10 @@ class MoeGemmPlan:
         return tuple(pointers), producers
 
     def _torch_pointer(self, field: str, obj) -> int | None:
-        """A PyTorch tensor's address when it plainly fits ``field``, read through its
-        attributes (duck-typed: the runtime never imports torch; building a DLPack
-        capsule per operand costs tens of microseconds), else None: the full
-        description then says what is wrong or accepts it."""
-        if not (getattr(obj, "is_cuda", False) and hasattr(obj, "data_ptr")):
-            return None
-        expected = self._torch_shapes.get(field)
-        if (
-            str(obj.dtype) in _TORCH_DTYPES[field]
-            and obj.device.index == self.device
-            and obj.is_contiguous()
-            and (
-                tuple(obj.shape) in expected
-                if expected is not None
-                else obj.numel() * obj.element_size() >= self._required[field]
-            )
-        ):
-            return obj.data_ptr()
-        return None
+        shapes = self._torch_shapes.get(field)
+        return torch_pointer(
+            obj, _TORCH_DTYPES[field], self.device, shapes, 0 if shapes else self._required[field]
+        )
 
     def _check_array(self, field: str, array) -> None:
         if array.device is not None and array.device != self.device:

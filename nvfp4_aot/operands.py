@@ -239,6 +239,35 @@ def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+# PyTorch tensors, duck-typed -------------------------------------------------------------
+
+_torch_dtype_names: dict = {}  # a torch dtype object -> its name, str() once per dtype
+
+
+def torch_pointer(obj, dtypes, device: int, shapes=None, min_bytes: int = 0) -> int | None:
+    """The address of a CUDA ``torch.Tensor`` that plainly fits, read through its
+    attributes (the runtime never imports torch; a DLPack capsule or a
+    ``__cuda_array_interface__`` dict costs several times more per tensor), else None.
+
+    Fits: dtype named in ``dtypes`` (``"torch.uint8"``...), on ``device``, contiguous, and
+    a shape in ``shapes`` (or, without shapes, at least ``min_bytes`` bytes). Anything
+    else is left to :func:`device_array`, which accepts it or says what is wrong.
+    """
+    if not getattr(obj, "is_cuda", False):
+        return None
+    dtype = obj.dtype
+    name = _torch_dtype_names.get(dtype)
+    if name is None:
+        name = _torch_dtype_names.setdefault(dtype, str(dtype))
+    if name not in dtypes or obj.get_device() != device or not obj.is_contiguous():
+        return None
+    if shapes is not None:
+        fits = obj.shape in shapes  # torch.Size compares equal to a tuple
+    else:
+        fits = obj.numel() * obj.element_size() >= min_bytes
+    return obj.data_ptr() if fits else None
+
+
 # DLPack -------------------------------------------------------------------------------------
 
 

@@ -91,6 +91,9 @@ class TorchLike:
     def is_contiguous(self):
         return True
 
+    def get_device(self):
+        return self.device.index
+
 
 class BadStreamProtocol:
     def __cuda_stream__(self):

@@ -305,6 +305,9 @@ class TorchLike:
     def is_contiguous(self):
         return self._contiguous
 
+    def get_device(self):
+        return self.device.index
+
     def numel(self):
         return int(np.prod(self.shape))
 
