@@ -15,6 +15,10 @@ from math import prod
 from . import validation
 from .errors import InvalidProblemError
 from .operands import (
+    FP4_DTYPES,
+    SCALE_DTYPES,
+    TORCH_FP4_DTYPES,
+    TORCH_SCALE_DTYPES,
     DeviceArray,
     check_matrix,
     check_scales,
@@ -26,15 +30,13 @@ from .operands import (
 
 FIELDS = validation.OPERAND_FIELDS
 _A, _B, _C, _SFA, _SFB = range(5)
-_AB_DTYPES = ("u1", "i1", "e2m1x2", "e2m1", "v1")
-_SCALE_DTYPES = ("u1", "i1", "e4m3", "v1")
 # __cuda_array_interface__ typestrs taken on the fast path, per field
 _BYTE_TYPESTRS = ("|u1", "|i1", "|V1")
 _TYPESTRS = (_BYTE_TYPESTRS, _BYTE_TYPESTRS, ("<f2",), _BYTE_TYPESTRS, _BYTE_TYPESTRS)
 # torch dtypes taken on the duck-typed tensor fast path, per field
-_TORCH_FP4 = ("torch.uint8", "torch.int8", "torch.float4_e2m1fn_x2")
-_TORCH_SCALES = ("torch.uint8", "torch.int8", "torch.float8_e4m3fn")
-_TORCH_DTYPES = (_TORCH_FP4, _TORCH_FP4, ("torch.float16",), _TORCH_SCALES, _TORCH_SCALES)
+_TORCH_DTYPES = (
+    TORCH_FP4_DTYPES, TORCH_FP4_DTYPES, ("torch.float16",), TORCH_SCALE_DTYPES, TORCH_SCALE_DTYPES,
+)  # fmt: skip
 _ADDRESS_MASK = validation.POINTER_ALIGN - 1
 _ADDRESS_END = 1 << 63  # int64 pointer tables
 
@@ -181,9 +183,9 @@ class OperandIntake:
             rows, cols = expected
             problem = check_matrix(array, ("f2",), rows, 2 * cols, writable=True)
         elif f <= _B:
-            problem = check_matrix(array, _AB_DTYPES, *expected)
+            problem = check_matrix(array, FP4_DTYPES, *expected)
         else:
-            problem = check_scales(array, _SCALE_DTYPES, expected)
+            problem = check_scales(array, SCALE_DTYPES, expected)
         if problem:
             raise InvalidProblemError(f"group {g}: {field} {problem}")
 

@@ -50,6 +50,10 @@ from .moe_layout import (
     scale_offsets,
 )
 from .operands import (
+    FP4_DTYPES,
+    SCALE_DTYPES,
+    TORCH_FP4_DTYPES,
+    TORCH_SCALE_DTYPES,
     check_matrix,
     check_scales,
     device_array,
@@ -67,18 +71,14 @@ __all__ = [
 
 _VALIDATED_SETS = 64
 _POINTER_ALIGN = {"routing": 4, "a": 32, "b": 32, "c": 32, "sfa": 32, "sfb": 32}
-_FP4 = ("u1", "i1", "e2m1x2", "e2m1", "v1")
-_TORCH_FP4 = ("torch.uint8", "torch.int8", "torch.float4_e2m1fn_x2")
-_TORCH_SCALES = ("torch.uint8", "torch.int8", "torch.float8_e4m3fn")
 _TORCH_DTYPES = {
     "routing": ("torch.int32",),
-    "a": _TORCH_FP4,
-    "b": _TORCH_FP4,
+    "a": TORCH_FP4_DTYPES,
+    "b": TORCH_FP4_DTYPES,
     "c": ("torch.float16",),
-    "sfa": _TORCH_SCALES,
-    "sfb": _TORCH_SCALES,
+    "sfa": TORCH_SCALE_DTYPES,
+    "sfb": TORCH_SCALE_DTYPES,
 }
-_SCALES = ("u1", "i1", "e4m3", "v1")
 
 
 class MoeGemmPlan:
@@ -228,7 +228,7 @@ class MoeGemmPlan:
         e, n, k, cap = self.experts, self.n, self.k, self.capacity
         masked = self.layout_name == "masked"
         if field in ("sfa", "sfb"):
-            return check_scales(array, _SCALES, self._required[field])
+            return check_scales(array, SCALE_DTYPES, self._required[field])
         if field == "routing":
             need = e if masked else e + 1
             if tuple(array.shape) != (need,):
@@ -236,7 +236,7 @@ class MoeGemmPlan:
                 return f"must be int32 {what} of shape ({need},), got shape {array.shape}"
             return check_matrix(replace(array, shape=(1, need)), ("i4",), 1, 4 * need)
         # A, B, C: row-major over their leading axes
-        dtypes = ("f2",) if field == "c" else _FP4
+        dtypes = ("f2",) if field == "c" else FP4_DTYPES
         row_bytes = 2 * n if field == "c" else k // 2
         leading = tuple(array.shape[:-1])
         if field == "b":

@@ -239,6 +239,13 @@ def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+# dtypes each kind of operand may have: packed FP4 data, E4M3 block scales
+FP4_DTYPES = ("u1", "i1", "e2m1x2", "e2m1", "v1")
+SCALE_DTYPES = ("u1", "i1", "e4m3", "v1")
+TORCH_FP4_DTYPES = ("torch.uint8", "torch.int8", "torch.float4_e2m1fn_x2")
+TORCH_SCALE_DTYPES = ("torch.uint8", "torch.int8", "torch.float8_e4m3fn")
+
+
 # PyTorch tensors, duck-typed -------------------------------------------------------------
 
 _torch_dtype_names: dict = {}  # a torch dtype object -> its name, str() once per dtype
