@@ -1,10 +1,12 @@
-"""Command line: ``nvfp4-aot info | verify | bench`` (also ``python -m nvfp4_aot``).
+"""Command line: ``nvfp4-aot info | verify | bench | quantize`` (also ``python -m nvfp4_aot``).
 
 * ``info``    the artifacts (versions, every baked variant, cubin checks) and this
               machine's GPUs with the variants each would run; works without a GPU.
 * ``verify``  random problems on the GPU against the float64 reference; exit 1 on any
               mismatch.
 * ``bench``   CUDA-event timing of the grouped GEMM: median and p10/p90 per case.
+* ``quantize`` a .npy weight -> NVFP4 B / SFB / scale_2 files (:mod:`nvfp4_aot.quantize`);
+              no GPU.
 
 Shapes come from ``--shapes FILE`` (JSON: ``{"tests": [...], "benchmarks": [...]}`` of
 ``{"m": [...], "n": [...], "k": [...]}`` cases, as in GPU MODE's task.yml, or a bare
@@ -817,3 +819,43 @@ def _bench_result(case: Case, variants: list[str], times_us: list[float]) -> dic
         "flops": flops,
         "bytes": moved,
     }
+
+
+@main.command()
+@click.argument("weight", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory for B.npy, SFB.npy, scale_2.npy, global_scale.npy, quantize.json.",
+)
+@click.option(
+    "--experts-axis",
+    type=int,
+    default=None,
+    help="For a 3-D weight: the axis of the experts, 0 ((E, n, k), the default) or 1.",
+)
+@json_option
+def quantize(weight, out_dir, experts_axis, as_json):
+    """Quantize a .npy weight to NVFP4 files the GEMM reads (no GPU needed).
+
+    WEIGHT is (n, k) or per-expert (E, n, k), K last, k a multiple of 16; float32,
+    float16, float64 or bfloat16 stored as uint16 bits. Each expert gets its own global
+    scale g = 2688 / amax; B.npy holds the packed FP4 codes, SFB.npy the E4M3 block
+    scales in the blocked layout (expert after expert), scale_2.npy 1 / g per expert
+    (the weight's factor of alpha). See nvfp4_aot.quantize for the exact formulas.
+    """
+    from . import quantize as quantizer
+
+    try:
+        document = quantizer.save_weight(weight, out_dir, experts_axis)
+    except (ValueError, TypeError) as exc:
+        raise click.ClickException(f"{weight}: {exc}") from None
+    if as_json:
+        emit_json(document)
+        return
+    shape = [document["n"], document["k"]]
+    if document["experts"] is not None:
+        shape.insert(0, document["experts"])
+    click.echo(f"quantized {weight} {tuple(shape)} {document['source_dtype']} -> {out_dir}")

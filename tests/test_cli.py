@@ -723,3 +723,102 @@ def test_moe_bench_table(use_driver):
     assert result.exit_code == 0, result.output
     assert "eager/graph" in result.output and "host us" in result.output
     assert "E8-n256-k512-contiguous-T256-top1" in result.output
+
+
+# quantize ----------------------------------------------------------------------------------
+
+
+def test_quantize_writes_the_weight_files(tmp_path):
+    from nvfp4_aot.quantize import quantize
+
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((130, 96)).astype(np.float32)  # k % 64 == 32
+    np.save(tmp_path / "w.npy", weight)
+    out = tmp_path / "out"
+    result = invoke("quantize", str(tmp_path / "w.npy"), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert "(130, 96) float32" in result.output
+    q = quantize(weight)
+    b, sfb = np.load(out / "B.npy"), np.load(out / "SFB.npy")
+    assert b.dtype == np.uint8 and np.array_equal(b, q.packed)
+    assert sfb.dtype == np.uint8 and np.array_equal(sfb, q.scales_blocked)
+    assert sfb.shape == (blocked_scale_bytes(130, 96),)
+    scale_2, g = np.load(out / "scale_2.npy"), np.load(out / "global_scale.npy")
+    assert scale_2.dtype == g.dtype == np.float32 and scale_2.shape == g.shape == ()
+    assert scale_2 == q.scale_2 and g == q.global_scale
+    described = json.loads((out / "quantize.json").read_text())
+    assert described["experts"] is None and (described["n"], described["k"]) == (130, 96)
+    assert described["files"]["B"]["shape"] == [130, 48]
+    back = dequantize(b, blocked_to_scales(sfb, 130, 6)) * float(scale_2)
+    assert np.linalg.norm(back - weight) / np.linalg.norm(weight) < 0.12
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16-bits"])
+def test_quantize_experts_float16_and_bfloat16_bits(tmp_path, dtype):
+    from nvfp4_aot.quantize import quantize
+
+    rng = np.random.default_rng(1)
+    weight = rng.standard_normal((3, 40, 32)).astype(np.float32)
+    if dtype == "float16":
+        stored = weight.astype(np.float16)
+    else:
+        stored = (weight.view(np.uint32) >> 16).astype(np.uint16)
+    np.save(tmp_path / "w.npy", stored)
+    result = invoke("quantize", str(tmp_path / "w.npy"), "--out", str(tmp_path), "--json")
+    assert result.exit_code == 0, result.output
+    described = json.loads(result.output)
+    assert described["experts"] == 3 and described["files"]["SFB"]["bytes_per_expert"] == 512
+    b, sfb = np.load(tmp_path / "B.npy"), np.load(tmp_path / "SFB.npy")
+    scale_2 = np.load(tmp_path / "scale_2.npy")
+    assert b.shape == (3, 40, 16) and sfb.shape == (3 * 512,) and scale_2.shape == (3,)
+    for e in range(3):
+        q = quantize(stored[e])
+        assert np.array_equal(b[e], q.packed)
+        assert np.array_equal(sfb[e * 512 : (e + 1) * 512], q.scales_blocked)
+        assert scale_2[e] == q.scale_2
+
+
+def test_quantize_experts_axis_one(tmp_path):
+    rng = np.random.default_rng(2)
+    weight = rng.standard_normal((2, 8, 16)).astype(np.float32)
+    np.save(tmp_path / "a.npy", weight)
+    np.save(tmp_path / "b.npy", np.moveaxis(weight, 0, 1))
+    assert invoke("quantize", str(tmp_path / "a.npy"), "--out", str(tmp_path / "a")).exit_code == 0
+    result = invoke(
+        "quantize", str(tmp_path / "b.npy"), "--out", str(tmp_path / "b"), "--experts-axis", "1"
+    )
+    assert result.exit_code == 0, result.output
+    for name in ("B.npy", "SFB.npy", "scale_2.npy"):
+        assert np.array_equal(np.load(tmp_path / "a" / name), np.load(tmp_path / "b" / name))
+
+
+@pytest.mark.parametrize(
+    "array, args, message",
+    [
+        (np.ones(32, dtype=np.float32), [], "2-D (n, k) or 3-D"),
+        (np.ones((2, 2, 2, 16), dtype=np.float32), [], "2-D (n, k) or 3-D"),
+        (np.ones((4, 24), dtype=np.float32), [], "multiple of 16, got 24"),
+        (np.ones((4, 16), dtype=np.int32), [], "int32"),
+        (np.ones((4, 16), dtype=np.float32), ["--experts-axis", "0"], "no experts axis"),
+        (np.ones((2, 4, 16), dtype=np.float32), ["--experts-axis", "2"], "K is the last axis"),
+        (np.full((4, 16), np.nan, dtype=np.float32), [], "inf or NaN"),
+    ],
+)
+def test_quantize_bad_weights_are_clean_errors(tmp_path, array, args, message):
+    np.save(tmp_path / "w.npy", array)
+    result = invoke("quantize", str(tmp_path / "w.npy"), "--out", str(tmp_path / "out"), *args)
+    assert result.exit_code == 1
+    assert "w.npy" in result.output and message in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_quantize_missing_or_unreadable_file(tmp_path):
+    result = invoke("quantize", str(tmp_path / "nope.npy"), "--out", str(tmp_path))
+    assert (
+        result.exit_code == 2 and "nope.npy" in result.output and "does not exist" in result.output
+    )
+    (tmp_path / "text.npy").write_text("not an array")
+    result = invoke("quantize", str(tmp_path / "text.npy"), "--out", str(tmp_path / "o"))
+    assert result.exit_code == 1 and "cannot read" in result.output and "text.npy" in result.output
+    result = invoke("quantize", str(tmp_path / "text.npy"))
+    assert result.exit_code == 2 and "--out" in result.output
