@@ -24,7 +24,7 @@ from .blocked import blocked_scale_bytes
 from .cli import case_runs, document, emit_json, progress, table, timing_summary
 from .device_data import CapturedGraph, DeviceMoe, check_routing, random_bytes, random_scales
 from .errors import Nvfp4Error
-from .moe_data import ROUTING_KINDS, MoeProblem, random_counts
+from .moe_data import ROUTING_KINDS, MoeProblem, random_counts, routing_array
 from .moe_layout import check_moe_problem
 
 # defaults: tokens per step when --tokens is not given, and routings per kind
@@ -140,14 +140,6 @@ def moe_counts(case: MoeCase, kinds, count: int, rng: np.random.Generator) -> li
             counts = np.minimum(counts, case.capacity)
         out.append((kind, counts))
     return out
-
-
-def _routing_array(case: MoeCase, counts) -> np.ndarray:
-    """The device routing array for ``counts``: offsets[E + 1] or masked_m[E] (int32)."""
-    counts = np.asarray(counts, dtype=np.int64)
-    if case.layout == "masked":
-        return counts.astype(np.int32)
-    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
 
 
 def _touched_bytes(case: MoeCase, counts) -> int:
@@ -322,7 +314,7 @@ def bench(cases, kinds, routings, kernels, repeats, warmup, device, seed, artifa
                 try:
                     events = [driver.timing_event_create() for _ in range(repeats + 1)]
                     for kind, counts in steps:
-                        data.write("routing", _routing_array(case, counts))
+                        data.write("routing", routing_array(case.layout, counts))
                         driver.synchronize()
                         replays = _time_graph(graph, stream, events, warmup)
                         walls, host = _time_eager(plan, data.operands, stream, repeats, warmup)

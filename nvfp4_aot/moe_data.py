@@ -48,6 +48,15 @@ def random_counts(kind: str, experts: int, total: int, rng: np.random.Generator)
     return counts
 
 
+def routing_array(layout: str, counts) -> np.ndarray:
+    """The device routing array for per-expert ``counts``: int32 offsets[E + 1]
+    (contiguous) or masked_m[E] (masked)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    if layout == "masked":
+        return counts.astype(np.int32)
+    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+
+
 @dataclass
 class Routing:
     """One routing of a MoE problem: the device-side routing array, the activation
@@ -89,10 +98,10 @@ class MoeProblem:
         if self.layout == "masked":
             counts = np.minimum(counts, cap)
             ranges = [(i * cap, i * cap + int(c)) for i, c in enumerate(counts)]
-            return Routing(counts, counts.astype(np.int32), self._masked_sfa, ranges)
+            return Routing(counts, routing_array("masked", counts), self._masked_sfa, ranges)
         if counts.sum() > cap:
             raise ValueError(f"{counts.sum()} tokens routed, capacity is {cap}")
-        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        offsets = routing_array("contiguous", counts)
         sfa = np.zeros(contiguous_scale_rows(cap, e) * self._sf_row_bytes, dtype=np.uint8)
         for i, row in enumerate(scale_offsets(counts)):
             start, stop = int(offsets[i]), int(offsets[i + 1])

@@ -29,7 +29,7 @@ from fake_driver import SUCCESS, FakeDriver, real
 from nvfp4_aot import cli, cli_moe, driver, loader, plan
 from nvfp4_aot.layouts import blocked_scale_bytes, blocked_to_scales
 from nvfp4_aot.manifest import ROLE_ROUTING
-from nvfp4_aot.moe_data import ROUTING_KINDS
+from nvfp4_aot.moe_data import ROUTING_KINDS, routing_array
 from nvfp4_aot.moe_layout import (
     C_WORDS,
     LAYOUTS,
@@ -600,7 +600,7 @@ def test_moe_routings_take_the_kinds_in_turn(layout):
         elif kind != "empty":
             assert counts.sum() == case.routed == 200
     assert steps[2][1].sum() == 0
-    assert cli_moe._routing_array(case, [3, 0, 5] + [0] * 13).tolist()[:4] == (
+    assert routing_array(case.layout, [3, 0, 5] + [0] * 13).tolist()[:4] == (
         [0, 3, 3, 8] if layout == "contiguous" else [3, 0, 5, 0]
     )
 
