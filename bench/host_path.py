@@ -253,10 +253,10 @@ def steady_state(device: int, calls: int, pointer_sets: int, floor) -> dict:
     calls_ = launcher._calls
     slot = launcher._last_slot
     spec, params = launcher._launch_specs[0], launcher._params[slot][0]
-    table = plan._table(flat[0])
+    table = plan._tables.table(tuple(flat[0]))
     key_columns = columns[0]
     pieces = {
-        "piece_table_lookup": lambda _i: plan._validated.get(
+        "piece_table_lookup": lambda _i: plan._tables.get(
             (*key_columns[0], *key_columns[1], *key_columns[2], *key_columns[3], *key_columns[4])
         ),
         "piece_stage_write": lambda _i: launcher._staging[slot].__setitem__(slice(None), table),
@@ -328,8 +328,7 @@ def graph(device: int, runs_per_graph: int, replays: int, alternate: bool = True
     slots = ceil_div(runs_per_graph, len(sets))
     plans = [GroupedGemmPlan(SMALL, device, capture_slots=slots) for _ in sets]
     stream = driver.stream_create()
-    mode = driver.backend().CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
-    driver.call("cuStreamBeginCapture", stream, mode)
+    driver.capture_begin(stream, relaxed=True)
     try:
         for i in range(runs_per_graph):
             plans[i % len(plans)].run(*sets[i % len(sets)].columns, stream=stream)

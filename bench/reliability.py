@@ -323,8 +323,7 @@ def section_graphs(device: int, input_sets: int, rounds: int, replays: int, seed
     result: dict = {}
     try:
         with make_plan(GRAPH_SIZES, device) as plan:
-            mode = driver.backend().CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
-            driver.call("cuStreamBeginCapture", stream, mode)
+            driver.capture_begin(stream, relaxed=True)
             try:
                 plan.run(*sets[0].columns, stream=stream)
             finally:

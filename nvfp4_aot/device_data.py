@@ -198,8 +198,7 @@ class CapturedGraph:
     """
 
     def __init__(self, stream: int, record: Callable[[], None]):
-        mode = driver.backend().CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
-        driver.call("cuStreamBeginCapture", stream, mode)
+        driver.capture_begin(stream, relaxed=True)
         try:
             record()
         except BaseException:

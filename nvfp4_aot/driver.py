@@ -310,9 +310,15 @@ def stream_destroy(stream: int) -> None:
     call("cuStreamDestroy", stream)
 
 
-def capture_begin(stream: int) -> None:
-    """Start recording ``stream`` into a CUDA graph (this thread's calls only)."""
-    mode = backend().CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+def capture_begin(stream: int, relaxed: bool = False) -> None:
+    """Start recording ``stream`` into a CUDA graph: checking this thread's calls only,
+    or (``relaxed``) none, as an application capturing a plan's runs may."""
+    modes = backend().CUstreamCaptureMode
+    mode = (
+        modes.CU_STREAM_CAPTURE_MODE_RELAXED
+        if relaxed
+        else (modes.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+    )
     call("cuStreamBeginCapture", stream, mode)
 
 

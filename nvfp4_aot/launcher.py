@@ -49,6 +49,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import weakref
+from collections import OrderedDict
 
 from . import driver
 from .errors import Nvfp4Error
@@ -322,6 +323,35 @@ class Launcher:
             self.closed = True
             self._resources.last_slot = self._last_slot
             self._finalizer()
+
+
+class CheckedTables:
+    """Slot tables of the operand sets seen so far, the newest ``size`` kept: a set is
+    checked (``check(key)``) and packed (``pack(key)``) on first sight only, since
+    callers usually reuse their buffers."""
+
+    def __init__(self, check, pack, size: int = 64):
+        self._check, self._pack, self._size = check, pack, size
+        self._tables: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key) -> bytes | None:
+        """The table of a set seen before, else None (TypeError for unhashable keys)."""
+        return self._tables.get(key)
+
+    def table(self, key: tuple) -> bytes:
+        """The table of ``key``, checked and packed when new."""
+        table = self._tables.get(key)
+        if table is not None:
+            self._tables.move_to_end(key)
+            return table
+        self._check(key)
+        table = self._pack(key)
+        with self._lock:
+            self._tables[key] = table
+            if len(self._tables) > self._size:
+                self._tables.popitem(last=False)
+        return table
 
 
 def _packed_params(packer, inputs: dict[str, int], keep: list) -> int:

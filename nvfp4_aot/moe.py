@@ -32,14 +32,12 @@ buffers the plan checked; results for such a routing are unspecified.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import replace
 from math import prod
 
-from . import driver, loader, selection
+from . import driver, loader, selection, validation
 from .errors import InvalidProblemError
-from .launcher import Launcher
+from .launcher import CheckedTables, Launcher
 from .manifest import ROLE_ROUTING
 from .moe_layout import (
     LAYOUTS,
@@ -69,8 +67,7 @@ __all__ = [
     "scale_offsets",
 ]
 
-_VALIDATED_SETS = 64
-_POINTER_ALIGN = {"routing": 4, "a": 32, "b": 32, "c": 32, "sfa": 32, "sfb": 32}
+_POINTER_ALIGN = dict.fromkeys(RUN_FIELDS, validation.POINTER_ALIGN) | {"routing": 4}
 _TORCH_DTYPES = {
     "routing": ("torch.int32",),
     "a": TORCH_FP4_DTYPES,
@@ -136,8 +133,7 @@ class MoeGemmPlan:
         }
         kernels = [loader.load_kernel(v, self.device, artifacts) for v in self.layout.variants]
         self._launcher = Launcher(self.device, self.layout, kernels)
-        self._validated: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
+        self._tables = CheckedTables(self._check_pointers, self.layout.run_table)
 
     # running ----------------------------------------------------------------------------
 
@@ -156,12 +152,12 @@ class MoeGemmPlan:
         handle = stream if type(stream) is int and stream >= 0 else stream_handle(stream)
         key = (routing, a, b, c, sfa, sfb)
         try:
-            table = self._validated.get(key)
+            table = self._tables.get(key)
         except TypeError:  # unhashable operands (arrays): described below
             table = None
         if table is None:
             pointers, producers = self._pointers(key, handle)
-            table = self._table(pointers)
+            table = self._tables.table(pointers)
             self._launcher.launch(table, handle, producers)
         else:
             self._launcher.launch(table, handle)
@@ -171,19 +167,7 @@ class MoeGemmPlan:
         (call it while no replay is pending). New routings need no call: a replay reads
         the routing array's current contents."""
         pointers, _producers = self._pointers((routing, a, b, c, sfa, sfb), 0)
-        self._launcher.stage_graph(self._table(pointers))
-
-    def _table(self, pointers: tuple[int, ...]) -> bytes:
-        table = self._validated.get(pointers)
-        if table is not None:
-            return table
-        self._check_pointers(pointers)
-        table = self.layout.run_table(pointers)
-        with self._lock:
-            self._validated[pointers] = table
-            if len(self._validated) > _VALIDATED_SETS:
-                self._validated.popitem(last=False)
-        return table
+        self._launcher.stage_graph(self._tables.table(pointers))
 
     def _pointers(self, operands, stream: int) -> tuple[tuple[int, ...], set[int]]:
         """Describe and check every operand; (pointers in RUN_FIELDS order, producers)."""

@@ -23,10 +23,8 @@ from . import driver, loader, selection, validation
 from .errors import InvalidProblemError
 from .intake import OperandIntake, describe, infer_problem_sizes
 from .launch_layout import LaunchLayout
-from .launcher import Launcher
+from .launcher import CheckedTables, Launcher
 from .operands import stream_handle
-
-_VALIDATED_SETS = 64  # pointer sets remembered as valid per plan
 
 
 class GroupedGemmPlan:
@@ -77,8 +75,7 @@ class GroupedGemmPlan:
         self._intake = OperandIntake(self.problem_sizes, self.device)
         kernels = [loader.load_kernel(v, self.device, artifacts) for v in self.layout.variants]
         self._launcher = Launcher(self.device, self.layout, kernels)
-        # pointer sets that passed validation (flat tuple -> slot table), newest last
-        self._validated: OrderedDict = OrderedDict()
+        self._tables = CheckedTables(self._intake.check_pointers, self.layout.pointer_table)
 
     # facts ------------------------------------------------------------------------------
 
@@ -141,7 +138,7 @@ class GroupedGemmPlan:
         # Steady state: int pointers that passed validation before (remembered with their
         # packed table) go straight to the launch.
         try:
-            table = self._validated.get((*a, *b, *c, *sfa, *sfb))
+            table = self._tables.get((*a, *b, *c, *sfa, *sfb))
             if table is not None and not len(a) == len(b) == len(c) == len(sfa) == self.num_groups:
                 table = None
         except TypeError:  # not sequences, or unhashable operands: the intake says why
@@ -150,19 +147,19 @@ class GroupedGemmPlan:
             self._launcher.launch(table, handle)
             return
         flat, producers = self._intake.pointers(a, b, c, sfa, sfb, handle)
-        self._launcher.launch(self._table(flat), handle, producers)
+        self._launcher.launch(self._tables.table(tuple(flat)), handle, producers)
 
     def pointers(self, a, b, c, sfa, sfb, stream: int = 0) -> tuple[list[int], set[int]]:
         """Validate operands; returns the flat (A, B, C, SFA, SFB) x group pointer list
         and the producer streams (``__cuda_array_interface__`` v3) to order after."""
         flat, producers = self._intake.pointers(a, b, c, sfa, sfb, stream)
-        self._table(flat)
+        self._tables.table(tuple(flat))
         return flat, producers
 
     def launch_pointers(self, pointers, stream: int = 0, producer_streams=()) -> None:
         """Launch with a flat pointer list as :meth:`pointers` returns it (validated here
         too, unless the same set was validated before)."""
-        self._launcher.launch(self._table(pointers), stream, producer_streams)
+        self._launcher.launch(self._tables.table(tuple(pointers)), stream, producer_streams)
 
     def set_graph_pointers(self, a, b, c, sfa, sfb) -> None:
         """Point the next replay of a CUDA graph that captured :meth:`run` at new operands.
@@ -173,22 +170,7 @@ class GroupedGemmPlan:
         flight may otherwise read half-written tables.
         """
         flat, _producers = self._intake.pointers(a, b, c, sfa, sfb, 0)
-        self._launcher.stage_graph(self._table(flat))
-
-    def _table(self, flat) -> bytes:
-        """The slot table of pointer set ``flat``, checked on first sight; sets seen
-        before (buffers are usually reused) are not checked again."""
-        key = tuple(flat)
-        table = self._validated.get(key)
-        if table is not None:
-            self._validated.move_to_end(key)
-            return table
-        self._intake.check_pointers(key)
-        table = self.layout.pointer_table(key)
-        self._validated[key] = table
-        if len(self._validated) > _VALIDATED_SETS:
-            self._validated.popitem(last=False)
-        return table
+        self._launcher.stage_graph(self._tables.table(tuple(flat)))
 
     def synchronize(self) -> None:
         """Wait until every run of this plan has completed."""

@@ -227,8 +227,7 @@ def test_graph_replays_with_new_operands(device, kernel):
     sets = [make_operands(sizes, 8000 + i) for i in range(3)]
     try:
         with plan.GroupedGemmPlan(sizes, device, kernel=kernel) as gemm:
-            mode = driver.backend().CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
-            driver.call("cuStreamBeginCapture", stream, mode)
+            driver.capture_begin(stream, relaxed=True)
             try:
                 gemm.run(*sets[0][1].columns, stream=int(stream))
             finally:
