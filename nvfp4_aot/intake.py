@@ -65,7 +65,7 @@ class OperandIntake:
         self._empty = tuple(m == 0 for m, _n, _k, _l in problem_sizes)
         # flat indices (field * G + group) of the operands the kernels touch: empty groups'
         # operands are never read, so they may be anything (null, or shape (0, ...))
-        self._live = tuple(
+        self._live = frozenset(
             f * self.count + g
             for f in range(len(FIELDS))
             for g, (m, _n, _k, _l) in enumerate(problem_sizes)
