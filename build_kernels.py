@@ -24,6 +24,7 @@ from nvfp4_aot.bake.artifacts import (
     MAX_BAKED_GROUPS,
     bake_variant,
     compare_artifacts,
+    variant_key,
     write_artifacts,
 )
 from nvfp4_aot.errors import Nvfp4Error
@@ -65,16 +66,16 @@ def _require_dsl() -> None:
 
 
 def _bake(combos, workdir: Path, quiet: bool):
-    """Bake every (family, arch, group count) of ``combos``."""
+    """Bake every (family, arch, group count, epilogue or None) of ``combos``."""
     baked = []
     with click.progressbar(
         combos,
         label="baking",
-        item_show_func=lambda c: c and f"{c[0]} {c[1]} G={c[2]}",
+        item_show_func=lambda c: c and f"{c[0]} {c[1]} G={c[2]} {c[3] or ''}",
         file=sys.stderr if not quiet else open("/dev/null", "w"),
     ) as bar:
-        for family, arch, g in bar:
-            baked.append(bake_variant(family, arch, g, workdir))
+        for family, arch, g, epilogue in bar:
+            baked.append(bake_variant(family, arch, g, epilogue, workdir))
     return baked
 
 
@@ -129,13 +130,14 @@ def main(archs, groups, out: Path, check: bool, quiet: bool):
     started = time.perf_counter()
     try:
         if check:
-            combos = [(v.family, v.arch, v.num_groups) for v in read_manifest(out).variants]
+            combos = [variant_key(v) for v in read_manifest(out).variants]
         else:
             combos = [
-                (family.name, arch, g)
+                (family.name, arch, g, epilogue)
                 for arch in archs
                 for family in families_for_arch(arch)
                 for g in family.groups or groups
+                for epilogue in family.epilogues or (None,)
             ]
         if not check:
             _check_writable(out)  # before minutes of compiling, not after

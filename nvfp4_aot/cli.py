@@ -38,12 +38,13 @@ import click
 import numpy as np
 
 from . import __version__, driver, loader, validation
-from .device_data import DeviceOperands, scale_codes
+from .device_data import DeviceOperands, random_alpha, scale_codes
 from .errors import CudaError, Nvfp4Error, UnsupportedDeviceError
 from .layouts import random_problem
+from .manifest import OUT_DTYPES, Epilogue
 from .moe_data import ROUTING_KINDS
 from .moe_layout import LAYOUTS
-from .reference import reference_gemm, relative_error
+from .reference import TOLERANCE, reference_gemm, relative_error
 
 # Built-in cases when no shapes are given. Verify: one group, ragged groups (k not a
 # multiple of the 256 K tile included) and 9 groups, which needs the G = 120 variant.
@@ -289,6 +290,29 @@ device_option = click.option(
 seed_option = click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed of the random inputs."
 )
+epilogue_options = [
+    click.option(
+        "--out-dtype",
+        type=click.Choice(OUT_DTYPES),
+        default="float16",
+        show_default=True,
+        help="C's dtype (each is baked for every kernel).",
+    ),
+    click.option(
+        "--alpha",
+        is_flag=True,
+        help="Scale each group's (expert's) product by an FP32 alpha read on the GPU: "
+        "random values for verify, ones for bench.",
+    ),
+]
+
+
+def epilogue_option(func):
+    for option in reversed(epilogue_options):
+        func = option(func)
+    return func
+
+
 kernel_option = click.option(
     "--kernel",
     "kernels",
@@ -539,7 +563,7 @@ def _gpus(manifest) -> tuple[dict, list[dict]]:
         smem = driver.device_attribute(driver.ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, ordinal)
         names, reason = [], None
         try:
-            found = loader.variants_for(manifest, capability, role=None)
+            found = loader.variants_for(manifest, capability, role=None, epilogue=None)
         except (UnsupportedDeviceError, Nvfp4Error) as exc:
             found, reason = [], str(exc)
         for v in found:
@@ -570,10 +594,11 @@ def _gpus(manifest) -> tuple[dict, list[dict]]:
 @click.option(
     "--tol",
     type=click.FloatRange(min=0, min_open=True),
-    default=1e-3,
-    show_default=True,
-    help="Largest relative (Frobenius) error per group.",
+    default=None,
+    help="Largest relative (Frobenius) error per group (default: 1e-3 for float16 output, "
+    "4e-3 for bfloat16, about their rounding).",
 )
+@epilogue_option
 @device_option
 @seed_option
 @kernel_option
@@ -581,12 +606,13 @@ def _gpus(manifest) -> tuple[dict, list[dict]]:
 @json_option
 def verify(
     shapes_file, section, groups_json, shapes, moe, layouts, tokens, top_k, kinds, routings,
-    tol, device, seed, kernels, artifacts, as_json,
+    tol, out_dtype, alpha, device, seed, kernels, artifacts, as_json,
 ):  # fmt: skip
     """Run random problems and compare every group with the float64 reference.
 
     C is filled with NaN before each run, so a group the kernel does not write fails.
-    Exits 1 when any group is off by more than --tol or holds a non-finite value.
+    Exits 1 when any group is off by more than --tol or holds a non-finite value. With
+    --alpha each group's reference is scaled by its random alpha.
 
     With --moe: one plan per case; each routing runs eagerly and through one CUDA graph
     captured once, every expert is compared, and every row of C outside the routed
@@ -599,9 +625,14 @@ def verify(
     moe_cases, kinds, routings = cli_moe.collect_moe_cases(
         "verify", moe, layouts, tokens, top_k, kinds, routings, shape_given
     )
+    epilogue = Epilogue(out_dtype, alpha)
+    if tol is None:
+        tol = TOLERANCE[out_dtype]
     if moe_cases:
         _require_device(device)
-        cli_moe.verify(moe_cases, kinds, routings, kernels, tol, device, seed, artifacts, as_json)
+        cli_moe.verify(
+            moe_cases, kinds, routings, kernels, tol, epilogue, device, seed, artifacts, as_json
+        )
         return
     cases = collect_cases(shapes_file, section, groups_json, shapes, VERIFY_DEFAULT)
     _require_device(device)
@@ -613,11 +644,15 @@ def verify(
             rng = np.random.default_rng([seed, index])
             problems = [random_problem(m, n, k, rng) for m, n, k in case.sizes]
             arrays = [(p.a, p.b, p.sfa_blocked, p.sfb_blocked) for p in problems]
-            with GroupedGemmPlan(case.sizes, device, artifacts=artifacts, kernel=kernel) as plan:
-                data = DeviceOperands(case.sizes, arrays)
+            alphas = random_alpha(len(problems), rng) if alpha else None
+            with GroupedGemmPlan(
+                case.sizes, device, artifacts=artifacts, kernel=kernel, out_dtype=out_dtype,
+                alpha=alpha,
+            ) as plan:  # fmt: skip
+                data = DeviceOperands(case.sizes, arrays, alpha=alphas, out_dtype=out_dtype)
                 try:
                     data.poison_c()
-                    plan.run(*data.columns)
+                    plan.run(*data.columns, alpha=data.alpha or None)
                     plan.synchronize()
                     outputs = [data.c(g) for g in range(len(case.sizes))]
                 finally:
@@ -625,10 +660,10 @@ def verify(
                 variants = [v.name for v in plan.variants]
             groups = []
             for g, (problem, out) in enumerate(zip(problems, outputs)):
-                ref = reference_gemm(problem)
+                ref = reference_gemm(problem) * (1.0 if alphas is None else float(alphas[g]))
                 finite = bool(np.isfinite(out).all())
                 error = relative_error(out, ref)
-                max_abs = float(np.max(np.abs(out.astype(np.float64) - ref))) if finite else None
+                max_abs = float(np.max(np.abs(out - ref))) if finite else None
                 groups.append(
                     {
                         "group": g,
@@ -642,7 +677,14 @@ def verify(
                     }
                 )
                 bar.update(1)
-            results.append({"case": case.name, "variants": variants, "groups": groups})
+            results.append(
+                {
+                    "case": case.name,
+                    "epilogue": str(epilogue),
+                    "variants": variants,
+                    "groups": groups,
+                }
+            )
     failed = sum(not g["ok"] for r in results for g in r["groups"])
     if as_json:
         emit_json(
@@ -668,7 +710,8 @@ def verify(
         headers = ["case", "group", "m", "n", "k", "rel err", "max abs", "finite", "result"]
         click.echo(table(headers, rows))
         click.echo(
-            f"{total - failed}/{total} groups within tol {tol:g} (device {device}, seed {seed})"
+            f"{total - failed}/{total} groups within tol {tol:g} ({epilogue}, device {device}, "
+            f"seed {seed})"
         )
     if failed:
         raise click.ClickException(f"{failed} of {total} group(s) failed verification")
@@ -698,6 +741,7 @@ def verify(
     show_default=True,
     help="Input sets rotated between runs (defeats the L2 cache; not with --moe).",
 )
+@epilogue_option
 @device_option
 @seed_option
 @kernel_option
@@ -717,6 +761,8 @@ def bench(
     repeats,
     warmup,
     sets,
+    out_dtype,
+    alpha,
     device,
     seed,
     kernels,
@@ -742,11 +788,13 @@ def bench(
     moe_cases, kinds, routings = cli_moe.collect_moe_cases(
         "bench", moe, layouts, tokens, top_k, kinds, routings, shape_given
     )
+    epilogue = Epilogue(out_dtype, alpha)
     if moe_cases:
         _require_device(device)
         cli_moe.bench(
-            moe_cases, kinds, routings, kernels, repeats, warmup, device, seed, artifacts, as_json
-        )
+            moe_cases, kinds, routings, kernels, repeats, warmup, epilogue, device, seed,
+            artifacts, as_json,
+        )  # fmt: skip
         return
     cases = collect_cases(shapes_file, section, groups_json, shapes, BENCH_DEFAULT)
     _require_device(device)
@@ -755,20 +803,27 @@ def bench(
     with progress(len(runs) * (sets + 1), "bench") as bar:
         for index, case, kernel in runs:
             rng = np.random.default_rng([seed, index])
-            with GroupedGemmPlan(case.sizes, device, artifacts=artifacts, kernel=kernel) as plan:
+            ones = np.ones(len(case.sizes), np.float32) if alpha else None
+            with GroupedGemmPlan(
+                case.sizes, device, artifacts=artifacts, kernel=kernel, out_dtype=out_dtype,
+                alpha=alpha,
+            ) as plan:  # fmt: skip
                 data = []
                 events = []
                 try:
                     for _ in range(sets):
-                        data.append(DeviceOperands(case.sizes, _bench_arrays(case.sizes, rng)))
+                        arrays = _bench_arrays(case.sizes, rng)
+                        data.append(
+                            DeviceOperands(case.sizes, arrays, alpha=ones, out_dtype=out_dtype)
+                        )
                         bar.update(1)
                     for i in range(warmup):
-                        plan.run(*data[i % sets].columns)
+                        plan.run(*data[i % sets].columns, alpha=data[i % sets].alpha or None)
                     events = [driver.timing_event_create() for _ in range(repeats + 1)]
                     plan.synchronize()
                     driver.event_record(events[0], 0)
                     for i in range(warmup, warmup + repeats):  # rotation goes on
-                        plan.run(*data[i % sets].columns)
+                        plan.run(*data[i % sets].columns, alpha=data[i % sets].alpha or None)
                         driver.event_record(events[i + 1 - warmup], 0)
                     driver.event_synchronize(events[-1])
                     times = [

@@ -22,7 +22,14 @@ import numpy as np
 from . import driver, validation
 from .blocked import blocked_scale_bytes
 from .cli import case_runs, document, emit_json, progress, table, timing_summary
-from .device_data import CapturedGraph, DeviceMoe, check_routing, random_bytes, random_scales
+from .device_data import (
+    CapturedGraph,
+    DeviceMoe,
+    check_routing,
+    random_alpha,
+    random_bytes,
+    random_scales,
+)
 from .errors import Nvfp4Error
 from .moe_data import ROUTING_KINDS, MoeProblem, random_counts, routing_array
 from .moe_layout import check_moe_problem
@@ -154,9 +161,12 @@ def _touched_bytes(case: MoeCase, counts) -> int:
 # runs -----------------------------------------------------------------------------------
 
 
-def _each_plan(label, cases, kernels, routings, device, seed, artifacts, body) -> list[dict]:
-    """Per case and kernel: one plan and one stream, ``body(case, rng, plan, stream, bar)``
-    -> one row per routing; the cases' JSON with their rows."""
+def _each_plan(
+    label, cases, kernels, routings, epilogue, device, seed, artifacts, body
+) -> list[dict]:
+    """Per case and kernel: one plan (of ``epilogue``) and one stream,
+    ``body(case, rng, plan, stream, bar)`` -> one row per routing; the cases' JSON with
+    their rows."""
     from .moe import MoeGemmPlan
 
     results = []
@@ -166,7 +176,8 @@ def _each_plan(label, cases, kernels, routings, device, seed, artifacts, body) -
             rng = np.random.default_rng([seed, index])
             with MoeGemmPlan(case.experts, case.n, case.k, layout=case.layout,
                              capacity=case.capacity, device=device, artifacts=artifacts,
-                             kernel=kernel) as plan:  # fmt: skip
+                             kernel=kernel, out_dtype=epilogue.out_dtype,
+                             alpha=epilogue.alpha) as plan:  # fmt: skip
                 stream = driver.stream_create()
                 try:
                     rows = body(case, rng, plan, stream, bar)
@@ -174,34 +185,42 @@ def _each_plan(label, cases, kernels, routings, device, seed, artifacts, body) -
                     driver.stream_destroy(stream)
                 family, variants = plan.family, [v.name for v in plan.layout.variants]
             case_json = dict(asdict(case), case=case.name, capacity=case.capacity)
-            results.append(dict(case_json, family=family, variants=variants, routings=rows))
+            results.append(
+                dict(case_json, family=family, epilogue=str(epilogue), variants=variants,
+                     routings=rows)
+            )  # fmt: skip
     return results
 
 
-def verify(cases, kinds, routings, kernels, tol, device, seed, artifacts, as_json) -> None:
+def verify(
+    cases, kinds, routings, kernels, tol, epilogue, device, seed, artifacts, as_json
+) -> None:
     """Each case: one plan, every routing run eagerly and by replaying one CUDA graph
-    captured once; every expert compared, every other row of C checked for poison."""
+    captured once; every expert compared (times its random alpha, with alpha), every other
+    row of C checked for poison."""
+    out_dtype = epilogue.out_dtype
 
     def body(case, rng, plan, stream, bar):
         problem = MoeProblem(case.experts, case.n, case.k, case.layout, case.capacity, rng)
+        alpha = random_alpha(case.experts, rng) if epilogue.alpha else None
         steps = [
             (kind, problem.routing(counts))
             for kind, counts in moe_counts(case, kinds, routings, rng)
         ]
         rows = []
-        with DeviceMoe.of_problem(plan.layout.operand_bytes(), problem) as data:
+        with DeviceMoe.of_problem(plan.layout.operand_bytes(), problem, alpha) as data:
             data.load(steps[0][1].routing, steps[0][1].sfa)
-            run = partial(plan.run, *data.operands, stream=stream)
+            run = partial(plan.run, *data.operands, stream=stream, alpha=data.alpha)
             with CapturedGraph(stream, run) as graph:
                 for i, (kind, routing) in enumerate(steps):
                     data.load(routing.routing, routing.sfa)
                     run()
                     driver.stream_synchronize(stream)
-                    eager = check_routing(data, problem, routing, tol)
+                    eager = check_routing(data, problem, routing, tol, out_dtype, alpha)
                     data.load()
                     graph.launch(stream)
                     driver.stream_synchronize(stream)
-                    replayed = check_routing(data, problem, routing, tol)
+                    replayed = check_routing(data, problem, routing, tol, out_dtype, alpha)
                     rows.append(
                         {
                             "routing": i,
@@ -217,7 +236,9 @@ def verify(cases, kinds, routings, kernels, tol, device, seed, artifacts, as_jso
                     bar.update(1)
         return rows
 
-    results = _each_plan("verify", cases, kernels, routings, device, seed, artifacts, body)
+    results = _each_plan(
+        "verify", cases, kernels, routings, epilogue, device, seed, artifacts, body
+    )
     _verify_report(results, tol, device, seed, as_json)
 
 
@@ -273,12 +294,12 @@ def _time_graph(graph: CapturedGraph, stream: int, events, warmup: int) -> list[
     return [driver.event_elapsed_ms(a, b) * 1e3 for a, b in zip(events, events[1:])]
 
 
-def _time_eager(plan, operands, stream: int, repeats: int, warmup: int):
-    """(wall µs per run, host µs per run() call): runs queued from Python in batches,
-    each batch timed from its first call until the stream has finished it, so a run's
-    time is whichever is longer, its host work or its GPU work."""
+def _time_eager(run, stream: int, repeats: int, warmup: int):
+    """(wall µs per run, host µs per ``run()`` call on ``stream``): runs queued from
+    Python in batches, each batch timed from its first call until the stream has finished
+    it, so a run's time is whichever is longer, its host work or its GPU work."""
     for _ in range(warmup):
-        plan.run(*operands, stream=stream)
+        run()
     driver.stream_synchronize(stream)
     clock = time.perf_counter
     walls, host = [], []
@@ -286,14 +307,16 @@ def _time_eager(plan, operands, stream: int, repeats: int, warmup: int):
         start = clock()
         for _ in range(EAGER_BATCH):
             before = clock()
-            plan.run(*operands, stream=stream)
+            run()
             host.append((clock() - before) * 1e6)
         driver.stream_synchronize(stream)
         walls.append((clock() - start) * 1e6 / EAGER_BATCH)
     return walls, host
 
 
-def bench(cases, kinds, routings, kernels, repeats, warmup, device, seed, artifacts, as_json):
+def bench(
+    cases, kinds, routings, kernels, repeats, warmup, epilogue, device, seed, artifacts, as_json
+):
     """Each case: one plan and one CUDA graph; per routing, the graph's GPU time and the
     eager wall and host time per run."""
 
@@ -306,10 +329,13 @@ def bench(cases, kinds, routings, kernels, repeats, warmup, device, seed, artifa
             "sfa": random_scales(needs["sfa"], rng),
             "sfb": random_scales(needs["sfb"], rng),
         }
+        if epilogue.alpha:
+            arrays["alpha"] = np.ones(case.experts, np.float32)
         rows = []
         with DeviceMoe(needs, case.n, arrays) as data:
             del arrays
-            with CapturedGraph(stream, partial(plan.run, *data.operands, stream=stream)) as graph:
+            run = partial(plan.run, *data.operands, stream=stream, alpha=data.alpha)
+            with CapturedGraph(stream, run) as graph:
                 events = []
                 try:
                     events = [driver.timing_event_create() for _ in range(repeats + 1)]
@@ -317,7 +343,7 @@ def bench(cases, kinds, routings, kernels, repeats, warmup, device, seed, artifa
                         data.write("routing", routing_array(case.layout, counts))
                         driver.synchronize()
                         replays = _time_graph(graph, stream, events, warmup)
-                        walls, host = _time_eager(plan, data.operands, stream, repeats, warmup)
+                        walls, host = _time_eager(run, stream, repeats, warmup)
                         rows.append(_bench_row(case, kind, counts, replays, walls, host))
                         bar.update(1)
                 finally:
@@ -326,7 +352,7 @@ def bench(cases, kinds, routings, kernels, repeats, warmup, device, seed, artifa
                         driver.event_destroy(event)
         return rows
 
-    results = _each_plan("bench", cases, kernels, routings, device, seed, artifacts, body)
+    results = _each_plan("bench", cases, kernels, routings, epilogue, device, seed, artifacts, body)
     _bench_report(results, repeats, warmup, device, seed, as_json)
 
 

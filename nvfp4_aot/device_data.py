@@ -20,11 +20,11 @@ import numpy as np
 
 from . import driver, validation
 from .intmath import round_up
-from .layouts import E4M3_VALUES
+from .layouts import E4M3_VALUES, decode_output
 from .reference import relative_error
 
 ALIGN = 256  # cuMemAlloc alignment, kept for every operand inside the allocation
-NAN_F16 = 0xFFFF  # poison for C: an element the kernel leaves unwritten reads as NaN
+NAN_F16 = 0xFFFF  # poison for C: NaN as float16 and as bfloat16, unless overwritten
 GUARD_ROWS = 64  # rows of poison after a MoE C: a write past C shows there
 
 
@@ -49,6 +49,13 @@ def random_scales(size: int, rng: np.random.Generator) -> np.ndarray:
     return codes[random_bytes(size, rng) % len(codes)]
 
 
+def random_alpha(count: int, rng: np.random.Generator) -> np.ndarray:
+    """float32 alphas spread over 1e-4 .. 10 (log-uniform, random sign): products with
+    large scales that would overflow FP16 unscaled come back into range."""
+    magnitude = 10.0 ** rng.uniform(-4, 1, count)
+    return (magnitude * rng.choice([-1.0, 1.0], count)).astype(np.float32)
+
+
 # grouped GEMM ---------------------------------------------------------------------------
 
 
@@ -56,12 +63,15 @@ class DeviceOperands:
     """A, B, C, SFA, SFB of every group of ``sizes`` in one device allocation.
 
     ``host_arrays`` holds per group (A, B, SFA blocked, SFB blocked) numpy arrays to
-    upload; without it the operands are zero-filled (enough for timing). Allocate with
-    the device's context current (:func:`nvfp4_aot.driver.activate`).
+    upload; without it the operands are zero-filled (enough for timing). ``alpha``
+    (float32, one per group) is uploaded after them (:attr:`alpha` its address, else 0);
+    C holds ``out_dtype``. Allocate with the device's context current
+    (:func:`nvfp4_aot.driver.activate`).
     """
 
-    def __init__(self, sizes, host_arrays=None):
+    def __init__(self, sizes, host_arrays=None, *, alpha=None, out_dtype: str = "float16"):
         self.sizes = [tuple(s[:3]) for s in sizes]
+        self.out_dtype = out_dtype
         layout, offset = [], 0
         for m, n, k in self.sizes:
             nbytes = validation.operand_bytes(m, n, k)
@@ -70,6 +80,10 @@ class DeviceOperands:
                 entry.append(offset)
                 offset += round_up(nbytes[name], ALIGN)
             layout.append(entry)
+        alpha_at = offset
+        if alpha is not None:
+            alpha = np.ascontiguousarray(alpha, dtype=np.float32)
+            offset += round_up(alpha.nbytes, ALIGN)
         self.nbytes = offset
         self.base = driver.mem_alloc(offset)
         try:
@@ -81,11 +95,15 @@ class DeviceOperands:
                     for array, at in zip(arrays, (pa, pb, psfa, psfb)):
                         raw = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
                         host[at : at + raw.size] = raw
+                if alpha is not None:
+                    host[alpha_at : alpha_at + alpha.nbytes] = alpha.view(np.uint8)
                 driver.memcpy_htod(self.base, host.ctypes.data, offset)
         except BaseException:
             self.free()
             raise
         self.columns = tuple([self.base + entry[f] for entry in layout] for f in range(5))
+        self.alpha = 0 if alpha is None else self.base + alpha_at
+        self.alpha_values = alpha  # the host copy, for references
 
     def poison_c(self, value: int = NAN_F16, stream: int | None = None) -> None:
         """Fill every C with the 16-bit ``value``: on ``stream`` (ordered with its
@@ -104,8 +122,8 @@ class DeviceOperands:
         return out
 
     def c(self, g: int) -> np.ndarray:
-        """Group ``g``'s C as float16."""
-        return self.c_raw(g).view(np.float16)
+        """Group ``g``'s C as float64 values (from ``out_dtype``)."""
+        return decode_output(self.c_raw(g), self.out_dtype)
 
     def free(self) -> None:
         if self.base:
@@ -132,7 +150,9 @@ class DeviceMoe:
         self.sizes = dict(needs, c=2 * self.c_elements)
         self.pointers: dict[str, int] = {}
         try:
-            for name in ("routing", "a", "b", "c", "sfa", "sfb"):
+            for name in ("routing", "a", "b", "c", "sfa", "sfb", "alpha"):
+                if name == "alpha" and name not in arrays:
+                    continue
                 self.pointers[name] = driver.mem_alloc(self.sizes[name])
                 if name in arrays:
                     self.write(name, arrays[name])
@@ -143,15 +163,24 @@ class DeviceMoe:
             raise
 
     @classmethod
-    def of_problem(cls, needs: dict[str, int], problem) -> DeviceMoe:
-        """A :class:`~nvfp4_aot.moe_data.MoeProblem`'s activations and weights uploaded."""
-        return cls(needs, problem.n, {"a": problem.a, "b": problem.b, "sfb": problem.sfb})
+    def of_problem(cls, needs: dict[str, int], problem, alpha=None) -> DeviceMoe:
+        """A :class:`~nvfp4_aot.moe_data.MoeProblem`'s activations and weights uploaded
+        (and a float32 alpha per expert, where given)."""
+        arrays = {"a": problem.a, "b": problem.b, "sfb": problem.sfb}
+        if alpha is not None:
+            arrays["alpha"] = np.ascontiguousarray(alpha, dtype=np.float32)
+        return cls(needs, problem.n, arrays)
 
     @property
     def operands(self) -> tuple[int, ...]:
         """(a, b, c, sfa, sfb, routing): MoeGemmPlan.run's arguments."""
         p = self.pointers
         return p["a"], p["b"], p["c"], p["sfa"], p["sfb"], p["routing"]
+
+    @property
+    def alpha(self) -> int | None:
+        """The per-expert alpha's address, or None (run's ``alpha`` argument)."""
+        return self.pointers.get("alpha")
 
     def write(self, name: str, array: np.ndarray) -> None:
         """Copy ``array`` into operand ``name`` (at most its size)."""
@@ -227,9 +256,12 @@ class CapturedGraph:
         self.destroy()
 
 
-def check_routing(data: DeviceMoe, problem, routing, tol: float) -> dict:
-    """Every expert's rows of C against ``problem.reference`` (float64); every other row
-    of C and the guard after it must still hold the poison (:meth:`DeviceMoe.load`).
+def check_routing(
+    data: DeviceMoe, problem, routing, tol: float, out_dtype: str = "float16", alpha=None
+) -> dict:
+    """Every expert's rows of C (``out_dtype``) against ``problem.reference`` (float64,
+    times ``alpha[e]`` where given); every other row of C and the guard after it must
+    still hold the poison (:meth:`DeviceMoe.load`).
 
     ``relative_error`` is the worst expert's (NaN wins); ``stray_rows`` counts rows
     outside the routed ranges that were written; ``ok`` needs every expert finite and
@@ -242,8 +274,10 @@ def check_routing(data: DeviceMoe, problem, routing, tol: float) -> dict:
         if stop <= start:
             continue
         written[start:stop] = True
-        out = raw[start:stop].view(np.float16).astype(np.float64)
+        out = decode_output(raw[start:stop], out_dtype)
         ref = problem.reference(routing, e)
+        if alpha is not None:
+            ref = ref * float(alpha[e])
         error = relative_error(out, ref)
         if not np.isfinite(out).all():
             finite = False

@@ -5,7 +5,9 @@ expected shape and dtype take a fast path (PyTorch tensors through their attribu
 ``__cuda_array_interface__`` dicts read directly); anything else is described in full by
 :mod:`nvfp4_aot.operands`, which either accepts it or says what is wrong, naming the group
 and the field. The pointer set as a whole is then checked against what the kernels
-assume (alignment, outputs disjoint from every other operand).
+assume (alignment, outputs disjoint from every other operand). A plan with a per-group
+alpha takes one more operand, a float32 array of one value per group, whose address ends
+the pointer list.
 """
 
 from __future__ import annotations
@@ -16,10 +18,14 @@ from . import validation
 from .errors import InvalidProblemError
 from .operands import (
     FP4_DTYPES,
+    OUT_DTYPE_CODES,
     SCALE_DTYPES,
+    TORCH_ALPHA_DTYPES,
     TORCH_FP4_DTYPES,
+    TORCH_OUT_DTYPES,
     TORCH_SCALE_DTYPES,
     DeviceArray,
+    check_alpha,
     check_matrix,
     check_scales,
     cuda_array_interface,
@@ -30,13 +36,10 @@ from .operands import (
 
 FIELDS = validation.OPERAND_FIELDS
 _A, _B, _C, _SFA, _SFB = range(5)
-# __cuda_array_interface__ typestrs taken on the fast path, per field
+# __cuda_array_interface__ typestrs taken on the fast path, per field (C: per out_dtype;
+# bfloat16 has no typestr)
 _BYTE_TYPESTRS = ("|u1", "|i1", "|V1")
-_TYPESTRS = (_BYTE_TYPESTRS, _BYTE_TYPESTRS, ("<f2",), _BYTE_TYPESTRS, _BYTE_TYPESTRS)
-# torch dtypes taken on the duck-typed tensor fast path, per field
-_TORCH_DTYPES = (
-    TORCH_FP4_DTYPES, TORCH_FP4_DTYPES, ("torch.float16",), TORCH_SCALE_DTYPES, TORCH_SCALE_DTYPES,
-)  # fmt: skip
+_C_TYPESTRS = {"float16": ("<f2",), "bfloat16": ()}
 _ADDRESS_MASK = validation.POINTER_ALIGN - 1
 _ADDRESS_END = 1 << 63  # int64 pointer tables
 
@@ -50,18 +53,30 @@ def describe(g: int, field: str, obj, stream: int) -> DeviceArray:
 
 
 class OperandIntake:
-    """Turns the five per-group operand columns of one plan into a flat pointer list.
+    """Turns the five per-group operand columns of one plan (and its alpha array) into a
+    flat pointer list.
 
     Parameters
     ----------
     problem_sizes : checked (m, n, k, 1) per group
     device : the plan's device ordinal
+    out_dtype : C's dtype, "float16" or "bfloat16"
+    alpha : whether runs pass a float32 alpha array (one value per group)
     """
 
-    def __init__(self, problem_sizes, device: int):
+    def __init__(self, problem_sizes, device: int, out_dtype: str = "float16", alpha=False):
         self.problem_sizes = problem_sizes
         self.device = device
         self.count = len(problem_sizes)
+        self.out_dtype = out_dtype
+        self.alpha = alpha
+        self._typestrs = (
+            _BYTE_TYPESTRS, _BYTE_TYPESTRS, _C_TYPESTRS[out_dtype], _BYTE_TYPESTRS, _BYTE_TYPESTRS,
+        )  # fmt: skip
+        self._torch_dtypes = (
+            TORCH_FP4_DTYPES, TORCH_FP4_DTYPES, TORCH_OUT_DTYPES[out_dtype], TORCH_SCALE_DTYPES,
+            TORCH_SCALE_DTYPES,
+        )  # fmt: skip
         self._empty = tuple(m == 0 for m, _n, _k, _l in problem_sizes)
         # flat indices (field * G + group) of the operands the kernels touch: empty groups'
         # operands are never read, so they may be anything (null, or shape (0, ...))
@@ -86,12 +101,19 @@ class OperandIntake:
         # bytes the kernel touches per operand, field-major like the flat pointer list
         self._operand_sizes = tuple(b[f] for f in FIELDS for b in bytes_of)
 
-    def pointers(self, a, b, c, sfa, sfb, stream: int) -> tuple[list[int], set[int]]:
-        """The flat (A, B, C, SFA, SFB) x group pointer list and the producer streams
-        (``__cuda_array_interface__`` v3) that a launch on ``stream`` must order after.
+    def pointers(self, a, b, c, sfa, sfb, stream: int, alpha=None) -> tuple[list[int], set[int]]:
+        """The flat (A, B, C, SFA, SFB) x group pointer list (then alpha's address, for a
+        plan with alpha) and the producer streams (``__cuda_array_interface__`` v3) that a
+        launch on ``stream`` must order after.
 
         Checks every array operand; the pointer set is checked by :meth:`check_pointers`.
         """
+        if (alpha is None) == self.alpha:
+            raise InvalidProblemError(
+                "alpha is missing: the plan was made with alpha=True (one float32 per group)"
+                if self.alpha
+                else "alpha was given but the plan was made without it; create it with alpha=True"
+            )
         columns = (a, b, c, sfa, sfb)
         for f, column in enumerate(columns):
             try:
@@ -117,17 +139,45 @@ class OperandIntake:
                 for f, column in enumerate(columns)
                 for g, x in enumerate(column)
             ]  # fmt: skip
+        if self.alpha:
+            flat.append(
+                alpha if type(alpha) is int else self._alpha_pointer(alpha, stream, producers)
+            )
         return flat, producers
 
-    def check_pointers(self, flat) -> None:
-        """Every pointer an int, non-null, 32-byte aligned, inside the int64 tables; no
-        C overlapping any other operand."""
-        count = self.count
-        if len(flat) != len(FIELDS) * count or not all(type(x) is int for x in flat):
+    def _alpha_pointer(self, obj, stream: int, producers) -> int:
+        pointer = torch_pointer(obj, TORCH_ALPHA_DTYPES, self.device, None, 4 * self.count)
+        if pointer is not None:
+            return pointer
+        try:
+            array = device_array(obj, stream)
+        except (TypeError, ValueError) as exc:
+            raise InvalidProblemError(f"alpha: {exc}") from exc
+        if array.device is not None and array.device != self.device:
             raise InvalidProblemError(
-                f"expected {len(FIELDS) * count} int pointers (a, b, c, sfa, sfb of {count} "
-                f"groups), got {len(flat)} values"
+                f"alpha is on device {array.device}, the plan runs on device {self.device}"
             )
+        problem = check_alpha(array, self.count)
+        if problem:
+            raise InvalidProblemError(f"alpha {problem}")
+        if array.stream is not None and array.stream != (1 if stream == 0 else stream):
+            producers.add(array.stream)
+        return array.pointer
+
+    def check_pointers(self, flat) -> None:
+        """Every pointer an int, non-null, 32-byte aligned (alpha: 4), inside the int64
+        tables; no C overlapping any other operand (alpha included)."""
+        count = self.count
+        expected = len(FIELDS) * count + self.alpha
+        if len(flat) != expected or not all(type(x) is int for x in flat):
+            alpha = ", then alpha" if self.alpha else ""
+            raise InvalidProblemError(
+                f"expected {expected} int pointers (a, b, c, sfa, sfb of {count} groups"
+                f"{alpha}), got {len(flat)} values"
+            )
+        if self.alpha:
+            self._check_alpha_pointer(flat[-1], flat[2 * count : 3 * count])
+            flat = flat[:-1]
         live = self._live
         if len(live) < len(flat):  # empty groups: check only what the kernels touch
             flat = [x if i in live else None for i, x in enumerate(flat)]
@@ -141,10 +191,26 @@ class OperandIntake:
             validation.check_pointer(i % count, FIELDS[i // count], flat[i])
         validation.check_outputs_disjoint(flat, self._operand_sizes, count)
 
+    def _check_alpha_pointer(self, alpha: int, c_pointers) -> None:
+        """Alpha non-null, float32-aligned, and none of its values under a group's C."""
+        if not 0 < alpha < _ADDRESS_END or alpha % validation.ALPHA_ALIGN:
+            raise InvalidProblemError(
+                f"alpha must be a {validation.ALPHA_ALIGN}-byte aligned device address, "
+                f"got 0x{alpha:x}"
+            )
+        end = alpha + 4 * self.count
+        for g, c in enumerate(c_pointers):
+            size = self._operand_sizes[_C * self.count + g]
+            if size and c < end and alpha < c + size:
+                raise InvalidProblemError(
+                    f"group {g}: c overlaps alpha (0x{alpha:x} + {4 * self.count} bytes); "
+                    "the output must not alias an input"
+                )
+
     def _pointer_of(self, f: int, g: int, obj, stream: int, launch_stream: int, producers) -> int:
         expected = self._expected[f][g]
         pointer = torch_pointer(
-            obj, _TORCH_DTYPES[f], self.device, (expected,) if f <= _C else None,
+            obj, self._torch_dtypes[f], self.device, (expected,) if f <= _C else None,
             0 if f <= _C else expected,
         )  # fmt: skip
         if pointer is not None:
@@ -153,7 +219,7 @@ class OperandIntake:
         if type(interface) is dict:
             shape = interface.get("shape")
             if (
-                interface.get("typestr") in _TYPESTRS[f]
+                interface.get("typestr") in self._typestrs[f]
                 and type(interface.get("data")) is tuple
                 and interface.get("strides") is None
                 and interface.get("mask") is None
@@ -181,7 +247,8 @@ class OperandIntake:
         expected = self._expected[f][g]
         if f == _C:
             rows, cols = expected
-            problem = check_matrix(array, ("f2",), rows, 2 * cols, writable=True)
+            code = OUT_DTYPE_CODES[self.out_dtype]
+            problem = check_matrix(array, (code,), rows, 2 * cols, writable=True)
         elif f <= _B:
             problem = check_matrix(array, FP4_DTYPES, *expected)
         else:

@@ -9,8 +9,10 @@ and take no place in any launch). Its one device allocation holds, in order::
     [graph workspace]                           the same for CUDA graph replays
     [slot 0]...[slot R-1][capture slots]        pointer tables: a ring, then one per capture
 
-A slot holds, per sub-launch, the A/B/C pointer table (3 int64 per baked group) and the
-SFA/SFB table (2 int64 per baked group); the words of padding groups stay zero.
+A slot holds, per sub-launch, the A/B/C pointer table (3 int64 per baked group), the
+SFA/SFB table (2 int64 per baked group) and, for a variant with alpha, the table of
+alpha pointers (1 int64 per baked group: the address of the group's entry in the run's
+FP32 alpha array); the words of padding groups stay zero.
 Every region starts at a multiple of :data:`ALIGN` bytes.
 """
 
@@ -30,6 +32,8 @@ _SIZE_BYTES = 16  # (m, n, k, l) int32 per group
 _PREFIX_BYTES = 4  # int32 per CTA-prefix entry
 _ABC_BYTES = 24  # three int64 pointers per group
 _SCALE_BYTES = 16  # two int64 pointers per group
+_ALPHA_BYTES = 8  # one int64 pointer per group
+_ALPHA_ITEM = 4  # float32 alpha values
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class SubLaunch:
     prefix_offset: int
     abc_offset: int
     scales_offset: int
+    alpha_offset: int | None  # None: the variant has no alpha
 
 
 def cta_prefix(tiles: list[int], num_groups: int) -> tuple[int, ...]:
@@ -144,9 +149,13 @@ class LaunchLayout(SlotRing):
             abc_offset = slot_bytes
             scales_offset = round_up(abc_offset + g * _ABC_BYTES, ALIGN)
             slot_bytes = round_up(scales_offset + g * _SCALE_BYTES, ALIGN)
+            alpha_offset = None
+            if variant.alpha:
+                alpha_offset = slot_bytes
+                slot_bytes = round_up(alpha_offset + g * _ALPHA_BYTES, ALIGN)
             launches.append(
                 SubLaunch(members, g, tuple(tiles), prefix, total, blocks, grid,
-                          sizes_offset, prefix_offset, abc_offset, scales_offset)
+                          sizes_offset, prefix_offset, abc_offset, scales_offset, alpha_offset)
             )  # fmt: skip
             chosen.append(variant)
             # sub-launches run one after another and share the workspace
@@ -198,7 +207,10 @@ class LaunchLayout(SlotRing):
         """The kernel inputs of ``launch`` from ``slot``, the device buffer at ``base``."""
         slot_base = base + self.slot_offset(slot)
         graph = slot >= self.graph_slot
-        return {
+        alpha = {}
+        if launch.alpha_offset is not None:
+            alpha = {"alpha_pointers": slot_base + launch.alpha_offset}
+        return alpha | {
             "problem_sizes": base + launch.sizes_offset,
             "abc_pointers": slot_base + launch.abc_offset,
             "scale_pointers": slot_base + launch.scales_offset,
@@ -224,12 +236,34 @@ class LaunchLayout(SlotRing):
         return tuple(scatter)
 
     @cached_property
+    def _alpha_words(self) -> tuple[tuple[int, int], ...]:
+        """(byte offset of the group's alpha in the run's array, int64 word of a slot)
+        for every launched group of a variant with alpha."""
+        return tuple(
+            (_ALPHA_ITEM * g, launch.alpha_offset // 8 + local)
+            for launch in self.launches
+            if launch.alpha_offset is not None
+            for local, g in enumerate(launch.groups)
+        )
+
+    @property
+    def alpha(self) -> bool:
+        """Whether the launches take a per-group alpha (the pointer list then ends with
+        the address of the run's FP32 alpha array)."""
+        return any(v.alpha for v in self.variants)
+
+    @cached_property
     def _table_format(self) -> struct.Struct:
         return struct.Struct(f"<{self.slot_bytes // 8}Q")
 
     def pointer_table(self, pointers) -> bytes:
-        """A slot's bytes for the flat (A, B, C, SFA, SFB) x group pointer list."""
+        """A slot's bytes for the flat (A, B, C, SFA, SFB) x group pointer list, followed
+        by the alpha array's address when the launches take alpha."""
         words = [0] * (self.slot_bytes // 8)
         for i, word in self._scatter:
             words[word] = pointers[i]
+        if self._alpha_words:
+            alpha = pointers[-1]
+            for offset, word in self._alpha_words:
+                words[word] = alpha + offset
         return self._table_format.pack(*words)

@@ -200,6 +200,41 @@ def float_to_e4m3(values) -> np.ndarray:
     return codes.astype(np.uint8)
 
 
+# the GEMM's output dtypes --------------------------------------------------------------
+
+# numpy storage of C per output dtype: bfloat16 as its 16 bits (numpy has no bfloat16)
+OUTPUT_STORAGE = {"float16": np.float16, "bfloat16": np.uint16}
+
+
+def float_to_bf16_bits(values) -> np.ndarray:
+    """bfloat16 bits of ``values`` rounded from float32 to nearest even, as the kernels'
+    ``cvt.rn.bf16.f32`` rounds (overflow to +-inf; NaN stays a quiet NaN)."""
+    bits = np.asarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(np.asarray(values, dtype=np.float32))
+    return np.where(nan, (bits >> 16).astype(np.uint16) | 0x0040, rounded).astype(np.uint16)
+
+
+def bf16_bits_to_float(bits) -> np.ndarray:
+    """float32 values of bfloat16 bits (exact)."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def encode_output(values, out_dtype: str) -> np.ndarray:
+    """float32 values as the kernels store them in ``out_dtype`` (round to nearest even)."""
+    if out_dtype == "bfloat16":
+        return float_to_bf16_bits(values)
+    return np.asarray(values, dtype=np.float32).astype(np.float16)
+
+
+def decode_output(stored, out_dtype: str) -> np.ndarray:
+    """float64 values of a C buffer stored as :data:`OUTPUT_STORAGE` says."""
+    stored = np.asarray(stored)
+    if out_dtype == "bfloat16":
+        return bf16_bits_to_float(stored.view(np.uint16)).astype(np.float64)
+    return stored.view(np.float16).astype(np.float64)
+
+
 # blocked scales ---------------------------------------------------------------------
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from . import driver
 from .cubin import cubin_sm
 from .errors import ArtifactError, CudaError, UnsupportedDeviceError
-from .manifest import ROLE_GEMM, Manifest, Variant, read_manifest
+from .manifest import ORIGINAL_EPILOGUE, ROLE_GEMM, Epilogue, Manifest, Variant, read_manifest
 from .packing import ParamPacker
 from .paths import artifacts_dir
 
@@ -81,9 +81,10 @@ def variants_for(
     capability: tuple[int, int],
     device: int | None = None,
     role: str | None = ROLE_GEMM,
+    epilogue: Epilogue | None = ORIGINAL_EPILOGUE,
 ) -> list[Variant]:
     """Variants of ``role`` (None: any) that run on ``capability``, by family, fewest
-    groups first.
+    groups first; grouped GEMMs with ``epilogue`` only (None: any epilogue).
 
     Raises
     ------
@@ -96,6 +97,16 @@ def variants_for(
         for v in manifest.variants
         if tuple(v.compute_capability) == capability and role in (None, v.role)
     ]
+    if found and epilogue is not None:
+        fitting = [v for v in found if v.role != ROLE_GEMM or v.epilogue == epilogue]
+        if not fitting:
+            raise UnsupportedDeviceError(
+                f"no kernel baked for compute capability {capability[0]}.{capability[1]} "
+                f"writes {epilogue}; the artifacts hold "
+                f"{', '.join(sorted({str(v.epilogue) for v in found}))}. Rebake with "
+                "build_kernels.py"
+            )
+        found = fitting
     if not found:
         where = "" if device is None else f"device {device}: "
         raise UnsupportedDeviceError(

@@ -40,10 +40,48 @@ ROUTING_INPUT_KINDS: dict[str, str] = {
     "run": "pointer",  # int64 words per run: the routing array and the operands' bases
     "num_chunks": "int32",  # one CTA per chunk of at most G experts
 }
+# A grouped GEMM variant with a per-group alpha takes one more input, last:
+ALPHA_INPUT_KINDS: dict[str, str] = {
+    "alpha_pointers": "pointer",  # int64 [G] device address of each group's FP32 alpha
+}
+OUT_DTYPES = ("float16", "bfloat16")  # the C dtypes the GEMM epilogues write
 ROLE_GEMM = "grouped_gemm"
 ROLE_ROUTING = "moe_routing"
 ROLE_INPUTS = {ROLE_GEMM: INPUT_KINDS, ROLE_ROUTING: ROUTING_INPUT_KINDS}
 INPUT_SIZES = {"pointer": 8, "int32": 4}
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What a grouped GEMM variant writes: C in ``out_dtype``, times a per-group alpha
+    read on the device when ``alpha`` (then the host launcher takes ``alpha_pointers``)."""
+
+    out_dtype: str = "float16"
+    alpha: bool = False
+
+    def __post_init__(self):
+        if self.out_dtype not in OUT_DTYPES:
+            raise ValueError(f"out_dtype must be one of {OUT_DTYPES}, got {self.out_dtype!r}")
+
+    @property
+    def suffix(self) -> str:
+        """The variant name's tail: none for the original FP16 epilogue without alpha."""
+        dtype = "" if self.out_dtype == "float16" else ".bf16"
+        return dtype + (".alpha" if self.alpha else "")
+
+    def __str__(self) -> str:
+        return self.out_dtype + (" x alpha" if self.alpha else "")
+
+
+ORIGINAL_EPILOGUE = Epilogue()  # the seed kernel's: FP16, no alpha
+# Every grouped GEMM family is baked with each of these.
+EPILOGUES = tuple(Epilogue(dtype, alpha) for dtype in OUT_DTYPES for alpha in (False, True))
+
+
+def input_kinds(role: str, alpha: bool = False) -> dict[str, str]:
+    """The inputs of a ``role`` kernel's host launcher, in call order, with their kinds."""
+    kinds = ROLE_INPUTS[role]
+    return {**kinds, **ALPHA_INPUT_KINDS} if alpha else kinds
 
 
 @dataclass(frozen=True)
@@ -170,15 +208,22 @@ class Variant:
     registers: int | None = None
     workspace: Workspace = Workspace()
     role: str = ROLE_GEMM  # what the kernel does: a key of ROLE_INPUTS
+    out_dtype: str = "float16"  # grouped GEMMs: the C dtype the epilogue writes
+    alpha: bool = False  # grouped GEMMs: C = alpha[g] * A_g B_g^T, alpha per group
 
     def __post_init__(self):
         if self.role not in ROLE_INPUTS:
             raise ValueError(f"role must be one of {sorted(ROLE_INPUTS)}, got {self.role!r}")
+        self.epilogue  # noqa: B018  (checks out_dtype)
+
+    @property
+    def epilogue(self) -> Epilogue:
+        return Epilogue(self.out_dtype, self.alpha)
 
     @property
     def input_kinds(self) -> dict[str, str]:
         """The host launcher's inputs, in call order, with their kinds."""
-        return ROLE_INPUTS[self.role]
+        return input_kinds(self.role, self.alpha)
 
     def slots_for(self, input_name: str) -> list[tuple[int, int]]:
         """Absolute (offset, size) of every place in the parameter buffer input goes."""

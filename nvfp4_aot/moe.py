@@ -38,7 +38,7 @@ from math import prod
 from . import driver, loader, selection, validation
 from .errors import InvalidProblemError
 from .launcher import CheckedTables, Launcher
-from .manifest import ROLE_ROUTING
+from .manifest import ROLE_ROUTING, Epilogue
 from .moe_layout import (
     LAYOUTS,
     RUN_FIELDS,
@@ -49,13 +49,18 @@ from .moe_layout import (
 )
 from .operands import (
     FP4_DTYPES,
+    OUT_DTYPE_CODES,
     SCALE_DTYPES,
+    TORCH_ALPHA_DTYPES,
     TORCH_FP4_DTYPES,
+    TORCH_OUT_DTYPES,
     TORCH_SCALE_DTYPES,
+    check_alpha,
     check_matrix,
     check_scales,
     device_array,
     is_c_contiguous,
+    out_dtype_name,
     stream_handle,
     torch_pointer,
 )
@@ -67,14 +72,17 @@ __all__ = [
     "scale_offsets",
 ]
 
-_POINTER_ALIGN = dict.fromkeys(RUN_FIELDS, validation.POINTER_ALIGN) | {"routing": 4}
+_POINTER_ALIGN = dict.fromkeys(RUN_FIELDS, validation.POINTER_ALIGN) | {
+    "routing": 4,
+    "alpha": validation.ALPHA_ALIGN,
+}
 _TORCH_DTYPES = {
     "routing": ("torch.int32",),
     "a": TORCH_FP4_DTYPES,
     "b": TORCH_FP4_DTYPES,
-    "c": ("torch.float16",),
     "sfa": TORCH_SCALE_DTYPES,
     "sfb": TORCH_SCALE_DTYPES,
+    "alpha": TORCH_ALPHA_DTYPES,
 }
 
 
@@ -92,6 +100,11 @@ class MoeGemmPlan:
         See the module docstring.
     capacity : int
         Most rows a run may route: tokens T (contiguous) or max_m per expert (masked).
+    out_dtype : "float16" or "bfloat16" (or such a numpy / torch / JAX dtype)
+        C's dtype.
+    alpha : bool
+        Whether every run passes a per-expert FP32 ``alpha`` (E values, read on the
+        GPU): C = alpha[e] * A_e @ B_e^T.
     device, artifacts, ring_slots, kernel, capture_slots
         As for :class:`nvfp4_aot.GroupedGemmPlan`.
     """
@@ -99,7 +112,7 @@ class MoeGemmPlan:
     def __init__(
         self, experts: int, n: int, k: int, *, layout: str = "contiguous", capacity: int,
         device: int = 0, artifacts=None, ring_slots: int = 8, kernel: str | None = None,
-        capture_slots: int = 8,
+        capture_slots: int = 8, out_dtype="float16", alpha: bool = False,
     ):  # fmt: skip
         if ring_slots < 1:
             raise ValueError(f"ring_slots must be >= 1, got {ring_slots}")
@@ -108,10 +121,14 @@ class MoeGemmPlan:
         check_moe_problem(experts, n, k, layout, capacity)
         self.experts, self.n, self.k = experts, n, k
         self.layout_name, self.capacity = layout, capacity
+        self.out_dtype = out_dtype_name(out_dtype)
+        self.alpha = bool(alpha)
         self.device = int(device)
         manifest = loader.load_manifest(artifacts)
         capability = loader.device_capability(self.device)
-        gemms = loader.variants_for(manifest, capability, self.device)
+        gemms = loader.variants_for(
+            manifest, capability, self.device, epilogue=Epilogue(self.out_dtype, self.alpha)
+        )
         routing = loader.variants_for(manifest, capability, self.device, role=ROLE_ROUTING)
         #: the GEMM kernel family this plan runs (its choice depends only on n and k here)
         self.family = selection.choose_family(gemms, [(1, n, k)], kernel)
@@ -130,27 +147,32 @@ class MoeGemmPlan:
             "a": tuple((*lead, k // 2) for lead in leading),
             "c": tuple((*lead, n) for lead in leading),
             "b": ((experts, n, k // 2), (experts * n, k // 2)),
+            "alpha": ((experts,),),
         }
+        self._torch_dtypes = _TORCH_DTYPES | {"c": TORCH_OUT_DTYPES[self.out_dtype]}
+        self._fields = self.layout.run_fields
         kernels = [loader.load_kernel(v, self.device, artifacts) for v in self.layout.variants]
         self._launcher = Launcher(self.device, self.layout, kernels)
         self._tables = CheckedTables(self._check_pointers, self.layout.run_table)
 
     # running ----------------------------------------------------------------------------
 
-    def run(self, a, b, c, sfa, sfb, routing, stream=None) -> None:
+    def run(self, a, b, c, sfa, sfb, routing, stream=None, alpha=None) -> None:
         """Launch on ``stream``; returns without waiting.
 
         Parameters
         ----------
         a, b, c, sfa, sfb : device arrays or int pointers (one each, not per expert)
             In the plan's layout (module docstring): A packed FP4, B (E, n, k/2), C
-            float16, SFA/SFB blocked E4M3 scales.
+            in the plan's ``out_dtype``, SFA/SFB blocked E4M3 scales.
         routing : int32 device array or pointer
             offsets[E + 1] (contiguous) or masked_m[E] (masked), read on the GPU.
         stream : stream object or handle, optional
+        alpha : float32 device array of E values or pointer; exactly when the plan was
+            made with ``alpha=True``. Read on the GPU (a graph replay sees new values).
         """
         handle = stream if type(stream) is int and stream >= 0 else stream_handle(stream)
-        key = (routing, a, b, c, sfa, sfb)
+        key = self._operands(a, b, c, sfa, sfb, routing, alpha)
         try:
             table = self._tables.get(key)
         except TypeError:  # unhashable operands (arrays): described below
@@ -162,18 +184,32 @@ class MoeGemmPlan:
         else:
             self._launcher.launch(table, handle)
 
-    def set_graph_operands(self, a, b, c, sfa, sfb, routing) -> None:
+    def set_graph_operands(self, a, b, c, sfa, sfb, routing, alpha=None) -> None:
         """Point the next replay of a CUDA graph that captured :meth:`run` at new operands
-        (call it while no replay is pending). New routings need no call: a replay reads
-        the routing array's current contents."""
-        pointers, _producers = self._pointers((routing, a, b, c, sfa, sfb), 0)
+        (call it while no replay is pending). New routings and alpha values need no
+        call: a replay reads those arrays' current contents."""
+        pointers, _producers = self._pointers(self._operands(a, b, c, sfa, sfb, routing, alpha), 0)
         self._launcher.stage_graph(self._tables.table(pointers))
 
+    def _operands(self, a, b, c, sfa, sfb, routing, alpha) -> tuple:
+        """The operands in run-word order; alpha given exactly when the plan has it."""
+        if self.alpha:
+            if alpha is None:
+                raise InvalidProblemError(
+                    "alpha is missing: the plan was made with alpha=True (one float32 per expert)"
+                )
+            return (routing, a, b, c, sfa, sfb, alpha)
+        if alpha is not None:
+            raise InvalidProblemError(
+                "alpha was given but the plan was made without it; create it with alpha=True"
+            )
+        return (routing, a, b, c, sfa, sfb)
+
     def _pointers(self, operands, stream: int) -> tuple[tuple[int, ...], set[int]]:
-        """Describe and check every operand; (pointers in RUN_FIELDS order, producers)."""
+        """Describe and check every operand; (pointers in run-word order, producers)."""
         pointers, producers = [], set()
         launch_stream = 1 if stream == 0 else stream
-        for field, obj in zip(RUN_FIELDS, operands):
+        for field, obj in zip(self._fields, operands):
             if type(obj) is int:
                 pointers.append(obj)
                 continue
@@ -194,8 +230,9 @@ class MoeGemmPlan:
     def _torch_pointer(self, field: str, obj) -> int | None:
         shapes = self._torch_shapes.get(field)
         return torch_pointer(
-            obj, _TORCH_DTYPES[field], self.device, shapes, 0 if shapes else self._required[field]
-        )
+            obj, self._torch_dtypes[field], self.device, shapes,
+            0 if shapes else self._required[field],
+        )  # fmt: skip
 
     def _check_array(self, field: str, array) -> None:
         if array.device is not None and array.device != self.device:
@@ -213,6 +250,8 @@ class MoeGemmPlan:
         masked = self.layout_name == "masked"
         if field in ("sfa", "sfb"):
             return check_scales(array, SCALE_DTYPES, self._required[field])
+        if field == "alpha":
+            return check_alpha(array, e)
         if field == "routing":
             need = e if masked else e + 1
             if tuple(array.shape) != (need,):
@@ -220,7 +259,7 @@ class MoeGemmPlan:
                 return f"must be int32 {what} of shape ({need},), got shape {array.shape}"
             return check_matrix(replace(array, shape=(1, need)), ("i4",), 1, 4 * need)
         # A, B, C: row-major over their leading axes
-        dtypes = ("f2",) if field == "c" else FP4_DTYPES
+        dtypes = (OUT_DTYPE_CODES[self.out_dtype],) if field == "c" else FP4_DTYPES
         row_bytes = 2 * n if field == "c" else k // 2
         leading = tuple(array.shape[:-1])
         if field == "b":
@@ -243,7 +282,7 @@ class MoeGemmPlan:
         return check_matrix(matrix, dtypes, rows, row_bytes, writable=field == "c")
 
     def _check_pointers(self, pointers) -> None:
-        for field, pointer in zip(RUN_FIELDS, pointers):
+        for field, pointer in zip(self._fields, pointers):
             align = _POINTER_ALIGN[field]
             if not 0 < pointer < 1 << 63:
                 raise InvalidProblemError(f"{field} is not a device address: {pointer}")
@@ -253,7 +292,7 @@ class MoeGemmPlan:
                 )
         c = pointers[RUN_FIELDS.index("c")]
         c_end = c + self._required["c"]
-        for field, pointer in zip(RUN_FIELDS, pointers):
+        for field, pointer in zip(self._fields, pointers):
             if field != "c" and pointer < c_end and c < pointer + self._required[field]:
                 raise InvalidProblemError(
                     f"c overlaps {field} (0x{pointer:x} + {self._required[field]} bytes); "
@@ -288,5 +327,5 @@ class MoeGemmPlan:
         return (
             f"MoeGemmPlan({self.experts} experts, n={self.n}, k={self.k}, {self.layout_name}, "
             f"capacity {self.capacity}, {len(self.layout.chunks)} GEMM launch(es) of "
-            f"{self.family} on device {self.device})"
+            f"{self.family} ({self.layout.variants[1].epilogue}) on device {self.device})"
         )

@@ -43,13 +43,14 @@ P_A_ROW_BYTES, P_C_ROW_BYTES, P_SFA_ROW_BYTES = 7, 8, 9
 P_B_EXPERT_BYTES, P_SFB_EXPERT_BYTES, P_SFA_EXPERT_BYTES = 10, 11, 12
 P_HEADER_WORDS = 16
 # ... then per chunk: first expert, experts, the GEMM variant's group count G, and the
-# device addresses of its four tables (G rows each; the prefix G + 1 entries)
-C_START, C_COUNT, C_GROUPS, C_SIZES, C_ABC, C_SCALES, C_PREFIX = range(7)
+# device addresses of its tables (G rows each; the prefix G + 1 entries; the alpha
+# pointers 0 when the variant has no alpha)
+C_START, C_COUNT, C_GROUPS, C_SIZES, C_ABC, C_SCALES, C_PREFIX, C_ALPHA = range(8)
 C_WORDS = 8
-# run words (int64): the device addresses a run passes
-R_ROUTING, R_A, R_B, R_C, R_SFA, R_SFB = range(6)
+# run words (int64): the device addresses a run passes (alpha: per-expert FP32, or 0)
+R_ROUTING, R_A, R_B, R_C, R_SFA, R_SFB, R_ALPHA = range(7)
 R_WORDS = 8
-RUN_FIELDS = ("routing", "a", "b", "c", "sfa", "sfb")  # in R_* order
+RUN_FIELDS = ("routing", "a", "b", "c", "sfa", "sfb", "alpha")  # in R_* order
 
 
 def contiguous_scale_rows(capacity: int, experts: int) -> int:
@@ -104,6 +105,7 @@ class Chunk:
     abc_offset: int
     scales_offset: int
     prefix_offset: int
+    alpha_offset: int | None  # None: the variant has no alpha
 
 
 @dataclass(frozen=True)
@@ -169,9 +171,12 @@ class MoeLayout(SlotRing):
             scales_offset = round_up(abc_offset + 24 * g, ALIGN)
             prefix_offset = round_up(scales_offset + 16 * g, ALIGN)
             offset = round_up(prefix_offset + 4 * (g + 1), ALIGN)
+            alpha_offset = None
+            if variant.alpha:
+                alpha_offset, offset = offset, round_up(offset + 8 * g, ALIGN)
             chunks.append(
                 Chunk(start, count, g, blocks, bound, grid,
-                      sizes_offset, abc_offset, scales_offset, prefix_offset)
+                      sizes_offset, abc_offset, scales_offset, prefix_offset, alpha_offset)
             )  # fmt: skip
             variants.append(variant)
             workspace = max(workspace, variant.workspace.bytes_for([(rows, n, k)], blocks))
@@ -229,7 +234,10 @@ class MoeLayout(SlotRing):
                 "num_chunks": launch.num_chunks,
             }
         tables = base + self._tables(graph)
-        return {
+        alpha = (
+            {} if launch.alpha_offset is None else {"alpha_pointers": tables + launch.alpha_offset}
+        )
+        return alpha | {
             "problem_sizes": tables + launch.sizes_offset,
             "abc_pointers": tables + launch.abc_offset,
             "scale_pointers": tables + launch.scales_offset,
@@ -273,12 +281,24 @@ class MoeLayout(SlotRing):
             words[record + C_ABC] = tables + chunk.abc_offset
             words[record + C_SCALES] = tables + chunk.scales_offset
             words[record + C_PREFIX] = tables + chunk.prefix_offset
+            if chunk.alpha_offset is not None:
+                words[record + C_ALPHA] = tables + chunk.alpha_offset
         return words
 
+    @property
+    def alpha(self) -> bool:
+        """Whether the GEMMs take a per-expert alpha (a run then passes its address)."""
+        return self.variants[1].alpha
+
+    @property
+    def run_fields(self) -> tuple[str, ...]:
+        """The operands a run passes, in run-word order."""
+        return RUN_FIELDS if self.alpha else RUN_FIELDS[:R_ALPHA]
+
     def run_table(self, pointers) -> bytes:
-        """A slot's bytes for the (routing, A, B, C, SFA, SFB) device addresses."""
+        """A slot's bytes for the device addresses of :attr:`run_fields`, in order."""
         return struct.pack(
-            f"<{self.slot_bytes // 8}Q", *pointers, *[0] * (self.slot_bytes // 8 - 6)
+            f"<{self.slot_bytes // 8}Q", *pointers, *[0] * (self.slot_bytes // 8 - len(pointers))
         )
 
     # operands ---------------------------------------------------------------------------
@@ -301,4 +321,5 @@ class MoeLayout(SlotRing):
             "c": rows * n * 2,
             "sfa": sfa,
             "sfb": e * blocked_scale_bytes(n, k),
+            "alpha": 4 * e,
         }

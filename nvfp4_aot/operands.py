@@ -13,7 +13,7 @@ An operand is one of
   keeps the memory alive.
 
 Dtypes are reduced to short codes: ``u1`` (uint8), ``i1`` (int8), ``i4`` (int32),
-``f2`` (float16), ``bf16`` (bfloat16),
+``f2`` (float16), ``bf16`` (bfloat16), ``f4`` (float32),
 ``e4m3`` (float8_e4m3fn), ``e2m1x2`` (two FP4 values per byte), ``e2m1`` (one FP4 value
 per element, two per byte in memory) and ``v1`` (an opaque 1-byte type, e.g. an
 ml_dtypes float8 in a ``|V1`` typestr).
@@ -36,12 +36,13 @@ _DLPACK_DTYPES = {
     (0, 8, 1): "i1",
     (2, 16, 1): "f2",
     (0, 32, 1): "i4",  # int32: MoE routing counts and offsets
+    (2, 32, 1): "f4",  # float32: per-group alpha
     (4, 16, 1): "bf16",  # kDLBfloat
     (10, 8, 1): "e4m3",  # kDLFloat8_e4m3fn
     (17, 4, 2): "e2m1x2",  # kDLFloat4_e2m1fn, two lanes in a byte
     (17, 4, 1): "e2m1",
 }
-_TYPESTRS = {"u1": "u1", "i1": "i1", "f2": "f2", "V1": "v1", "i4": "i4"}
+_TYPESTRS = {"u1": "u1", "i1": "i1", "f2": "f2", "V1": "v1", "i4": "i4", "f4": "f4"}
 _BITS = {
     "u1": 8,
     "i1": 8,
@@ -51,6 +52,7 @@ _BITS = {
     "e2m1": 4,
     "v1": 8,
     "i4": 32,
+    "f4": 32,
     "bf16": 16,
 }
 
@@ -244,6 +246,37 @@ FP4_DTYPES = ("u1", "i1", "e2m1x2", "e2m1", "v1")
 SCALE_DTYPES = ("u1", "i1", "e4m3", "v1")
 TORCH_FP4_DTYPES = ("torch.uint8", "torch.int8", "torch.float4_e2m1fn_x2")
 TORCH_SCALE_DTYPES = ("torch.uint8", "torch.int8", "torch.float8_e4m3fn")
+# C per output dtype (manifest.OUT_DTYPES): the dtype code, the torch dtype name
+OUT_DTYPE_CODES = {"float16": "f2", "bfloat16": "bf16"}
+TORCH_OUT_DTYPES = {"float16": ("torch.float16",), "bfloat16": ("torch.bfloat16",)}
+# the per-group (per-expert) alpha: float32
+TORCH_ALPHA_DTYPES = ("torch.float32",)
+
+
+def out_dtype_name(value) -> str:
+    """``"float16"`` or ``"bfloat16"`` from that name or a numpy, ml_dtypes, torch or JAX
+    dtype; ValueError otherwise."""
+    name = value if isinstance(value, str) else getattr(value, "name", None)
+    if not isinstance(name, str):
+        name = getattr(value, "__name__", None) or str(value)
+    name = name.removeprefix("torch.")
+    if name not in OUT_DTYPE_CODES:
+        raise ValueError(f"out_dtype must be float16 or bfloat16, got {value!r}")
+    return name
+
+
+def check_alpha(array: DeviceArray, count: int) -> str | None:
+    """Why ``array`` cannot hold one float32 alpha per group of ``count``, or None."""
+    if array.shape is None:
+        return None
+    if array.dtype != "f4":
+        return f"must have dtype float32, got {array.dtype}"
+    if not is_dense(array.shape, array.strides):
+        return f"must be dense, got shape {array.shape} strides {array.strides}"
+    size = nbytes(array) // 4
+    if size < count:
+        return f"must hold at least {count} float32 values (one per group), got {size}"
+    return None
 
 
 # PyTorch tensors, duck-typed -------------------------------------------------------------

@@ -24,7 +24,8 @@ from .errors import InvalidProblemError
 from .intake import OperandIntake, describe, infer_problem_sizes
 from .launch_layout import LaunchLayout
 from .launcher import CheckedTables, Launcher
-from .operands import stream_handle
+from .manifest import Epilogue
+from .operands import out_dtype_name, stream_handle
 
 
 class GroupedGemmPlan:
@@ -45,6 +46,12 @@ class GroupedGemmPlan:
     kernel : str, optional
         Kernel family to run (``nvfp4-aot info`` lists them); by default the plan
         picks one for its problem sizes (:mod:`nvfp4_aot.selection`).
+    out_dtype : "float16" or "bfloat16" (or such a numpy / torch / JAX dtype)
+        C's dtype. Conversion rounds to nearest even; values past the format's range
+        become +-inf (float16: |x| >= 65520).
+    alpha : bool
+        Whether every run passes a float32 ``alpha`` array, one value per group, read
+        on the GPU: C_g = alpha[g] * A_g @ B_g^T. Without it nothing is multiplied.
 
     Examples
     --------
@@ -54,7 +61,8 @@ class GroupedGemmPlan:
 
     def __init__(
         self, problem_sizes, device: int = 0, *, artifacts=None, ring_slots: int = 8,
-        kernel: str | None = None, capture_slots: int = 8,
+        kernel: str | None = None, capture_slots: int = 8, out_dtype="float16",
+        alpha: bool = False,
     ):  # fmt: skip
         if ring_slots < 1:
             raise ValueError(f"ring_slots must be >= 1, got {ring_slots}")
@@ -62,8 +70,13 @@ class GroupedGemmPlan:
             raise ValueError(f"capture_slots must be >= 1, got {capture_slots}")
         self.problem_sizes = validation.problem_sizes(problem_sizes)
         self.device = int(device)
+        self.out_dtype = out_dtype_name(out_dtype)
+        self.alpha = bool(alpha)
         manifest = loader.load_manifest(artifacts)
-        found = loader.variants_for(manifest, loader.device_capability(self.device), self.device)
+        found = loader.variants_for(
+            manifest, loader.device_capability(self.device), self.device,
+            epilogue=Epilogue(self.out_dtype, self.alpha),
+        )  # fmt: skip
         self.sm_count = driver.sm_count(self.device)
         #: the kernel family this plan runs
         self.family = selection.choose_family(found, self.problem_sizes, kernel)
@@ -72,7 +85,7 @@ class GroupedGemmPlan:
         self.layout = LaunchLayout.build(
             self.problem_sizes, by_groups, self.sm_count, ring_slots, capture_slots
         )
-        self._intake = OperandIntake(self.problem_sizes, self.device)
+        self._intake = OperandIntake(self.problem_sizes, self.device, self.out_dtype, self.alpha)
         kernels = [loader.load_kernel(v, self.device, artifacts) for v in self.layout.variants]
         self._launcher = Launcher(self.device, self.layout, kernels)
         self._tables = CheckedTables(self._intake.check_pointers, self.layout.pointer_table)
@@ -117,17 +130,19 @@ class GroupedGemmPlan:
 
     # running ----------------------------------------------------------------------------
 
-    def run(self, a, b, c, sfa, sfb, stream=None) -> None:
+    def run(self, a, b, c, sfa, sfb, stream=None, alpha=None) -> None:
         """Launch the grouped GEMM on ``stream``; returns without waiting.
 
         Parameters
         ----------
         a, b, c, sfa, sfb : sequences, one entry per group
             Device pointers (int), ``__cuda_array_interface__`` or ``__dlpack__``
-            objects: A (m, k/2) and B (n, k/2) packed FP4 bytes, C (m, n) float16,
-            SFA/SFB the blocked E4M3 scales (>= ``blocked_scale_bytes`` bytes).
+            objects: A (m, k/2) and B (n, k/2) packed FP4 bytes, C (m, n) in the plan's
+            ``out_dtype``, SFA/SFB the blocked E4M3 scales (>= ``blocked_scale_bytes``).
         stream : stream object or handle, optional
             None is the legacy default stream.
+        alpha : float32 device array (>= one value per group) or pointer, optional
+            Exactly when the plan was made with ``alpha=True``.
 
         Raises
         ------
@@ -138,21 +153,25 @@ class GroupedGemmPlan:
         # Steady state: int pointers that passed validation before (remembered with their
         # packed table) go straight to the launch.
         try:
-            table = self._tables.get((*a, *b, *c, *sfa, *sfb))
+            key = (*a, *b, *c, *sfa, *sfb, alpha) if self.alpha else (*a, *b, *c, *sfa, *sfb)
+            table = self._tables.get(key)
             if table is not None and not len(a) == len(b) == len(c) == len(sfa) == self.num_groups:
                 table = None
         except TypeError:  # not sequences, or unhashable operands: the intake says why
             table = None
-        if table is not None:
+        if table is not None and (alpha is None) != self.alpha:
             self._launcher.launch(table, handle)
             return
-        flat, producers = self._intake.pointers(a, b, c, sfa, sfb, handle)
+        flat, producers = self._intake.pointers(a, b, c, sfa, sfb, handle, alpha)
         self._launcher.launch(self._tables.table(tuple(flat)), handle, producers)
 
-    def pointers(self, a, b, c, sfa, sfb, stream: int = 0) -> tuple[list[int], set[int]]:
+    def pointers(
+        self, a, b, c, sfa, sfb, stream: int = 0, alpha=None
+    ) -> tuple[list[int], set[int]]:
         """Validate operands; returns the flat (A, B, C, SFA, SFB) x group pointer list
-        and the producer streams (``__cuda_array_interface__`` v3) to order after."""
-        flat, producers = self._intake.pointers(a, b, c, sfa, sfb, stream)
+        (then alpha's address, for a plan with alpha) and the producer streams
+        (``__cuda_array_interface__`` v3) to order after."""
+        flat, producers = self._intake.pointers(a, b, c, sfa, sfb, stream, alpha)
         self._tables.table(tuple(flat))
         return flat, producers
 
@@ -161,7 +180,7 @@ class GroupedGemmPlan:
         too, unless the same set was validated before)."""
         self._launcher.launch(self._tables.table(tuple(pointers)), stream, producer_streams)
 
-    def set_graph_pointers(self, a, b, c, sfa, sfb) -> None:
+    def set_graph_pointers(self, a, b, c, sfa, sfb, alpha=None) -> None:
         """Point the next replay of a CUDA graph that captured :meth:`run` at new operands.
 
         Validates like :meth:`run` and rewrites the graph slot's pinned staging, which the
@@ -169,7 +188,7 @@ class GroupedGemmPlan:
         is pending (e.g. after synchronising the stream it was launched on): a replay in
         flight may otherwise read half-written tables.
         """
-        flat, _producers = self._intake.pointers(a, b, c, sfa, sfb, 0)
+        flat, _producers = self._intake.pointers(a, b, c, sfa, sfb, 0, alpha)
         self._launcher.stage_graph(self._tables.table(tuple(flat)))
 
     def synchronize(self) -> None:
@@ -194,7 +213,7 @@ class GroupedGemmPlan:
         self.close()
 
     def __repr__(self) -> str:
-        names = ", ".join(v.name for v in self.variants)
+        names = ", ".join(v.name for v in self.variants) or "no kernel"
         return (
             f"GroupedGemmPlan({self.num_groups} groups on device {self.device}, "
             f"{len(self.launches)} launch(es) of {names})"
@@ -208,16 +227,22 @@ _plans: OrderedDict = OrderedDict()
 _plans_lock = threading.Lock()
 
 
-def get_plan(problem_sizes, device: int = 0, *, artifacts=None) -> GroupedGemmPlan:
-    """A cached plan for ``problem_sizes`` on ``device`` (the most recent 64 are kept)."""
+def get_plan(
+    problem_sizes, device: int = 0, *, artifacts=None, out_dtype="float16", alpha: bool = False
+) -> GroupedGemmPlan:
+    """A cached plan for ``problem_sizes`` on ``device`` with that epilogue (the most recent
+    64 are kept)."""
     sizes = validation.problem_sizes(problem_sizes)
-    key = (int(device), sizes, None if artifacts is None else str(artifacts))
+    out_dtype = out_dtype_name(out_dtype)
+    key = (int(device), sizes, None if artifacts is None else str(artifacts), out_dtype, alpha)
     with _plans_lock:
         plan = _plans.get(key)
         if plan is not None and not plan.closed:
             _plans.move_to_end(key)
             return plan
-        plan = GroupedGemmPlan(sizes, device, artifacts=artifacts)  # sizes checked above
+        plan = GroupedGemmPlan(  # sizes checked above
+            sizes, device, artifacts=artifacts, out_dtype=out_dtype, alpha=alpha
+        )
         _plans[key] = plan
         while len(_plans) > _PLAN_CACHE_SIZE:
             _plans.popitem(last=False)  # freed once its last user drops it
@@ -229,11 +254,15 @@ def clear_plan_cache() -> None:
         _plans.clear()
 
 
-def grouped_gemm(a, b, c, sfa, sfb, problem_sizes=None, stream=None, device=None) -> None:
-    """C_g = A_g @ B_g^T for every group g, on ``stream``, through a cached plan.
+def grouped_gemm(
+    a, b, c, sfa, sfb, problem_sizes=None, stream=None, device=None, alpha=None, out_dtype=None
+) -> None:
+    """C_g = A_g @ B_g^T (times alpha[g], where given) for every group g, on ``stream``,
+    through a cached plan.
 
     Problem sizes are inferred from the shapes of A and B when not given; the device
-    from the operands (DLPack, CuPy, PyTorch), else 0.
+    from the operands (DLPack, CuPy, PyTorch), else 0; the output dtype from C (float16
+    where C are raw pointers and ``out_dtype`` is not given).
     """
     handle = stream_handle(stream)
     columns = []
@@ -248,5 +277,8 @@ def grouped_gemm(a, b, c, sfa, sfb, problem_sizes=None, stream=None, device=None
     if device is None:
         found = [arr.device for col in columns for arr in col if arr.device is not None]
         device = found[0] if found else 0
-    plan = get_plan(problem_sizes, device)
-    plan.run(*columns, stream=handle)
+    if out_dtype is None:
+        codes = {arr.dtype for arr in columns[2] if arr.shape is not None}
+        out_dtype = "bfloat16" if codes == {"bf16"} else "float16"  # mixed: C's check says
+    plan = get_plan(problem_sizes, device, out_dtype=out_dtype, alpha=alpha is not None)
+    plan.run(*columns, stream=handle, alpha=alpha)

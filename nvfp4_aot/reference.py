@@ -20,6 +20,11 @@ from nvfp4_aot.layouts import (
     unpack_fp4,
 )
 
+# The relative (Frobenius) error a correct kernel's output stays within, per output dtype:
+# about twice float16's unit roundoff (2^-11) and about bfloat16's (2^-8). Rounding the
+# exact result to the dtype is the error; the FP32 accumulation adds far less.
+TOLERANCE = {"float16": 1e-3, "bfloat16": 4e-3}
+
 
 def dequantize(packed, scales) -> np.ndarray:
     """Expand packed FP4 data and its row-major E4M3 scales to float64.

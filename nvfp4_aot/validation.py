@@ -55,6 +55,7 @@ from .intmath import ceil_div
 
 INT32_MAX = (1 << 31) - 1
 POINTER_ALIGN = 32
+ALPHA_ALIGN = 4  # the alpha array: float32
 K_MULTIPLE = 32
 N_MULTIPLE = 32
 FIELDS = ("m", "n", "k", "l")

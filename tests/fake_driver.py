@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import gc
+import hashlib
 import struct
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -84,7 +85,9 @@ class FakeDriver:
         self.capability = capability
         self.attributes = {16: sm_count, 75: capability[0], 76: capability[1], 97: smem_optin}
         self.devices = devices
+        # (cubin sha256, symbol) or symbol -> [(offset, size)] (support.kernel_params_of)
         self.kernel_params = dict(kernel_params or {})
+        self.images: dict[int, str] = {}  # library handle -> sha256 of its cubin
         self.report_param_info = report_param_info
         self.calls: list[tuple[str, tuple]] = []
         self.memory: dict[int, bytearray] = {}
@@ -295,7 +298,9 @@ class FakeDriver:
     # libraries and launches
     def cuLibraryLoadData(self, image, *options):
         self._record("cuLibraryLoadData", len(image))
-        return (SUCCESS, self._handle())
+        handle = self._handle()
+        self.images[handle] = hashlib.sha256(image).hexdigest()
+        return (SUCCESS, handle)
 
     def cuLibraryUnload(self, library):
         self._record("cuLibraryUnload", library)
@@ -304,9 +309,13 @@ class FakeDriver:
     def cuLibraryGetKernel(self, library, name):
         symbol = name.decode()
         self._record("cuLibraryGetKernel", library, symbol)
-        if symbol not in self.kernel_params:
+        # variants of one kernel (epilogues) share a symbol: their cubins tell them apart
+        params = self.kernel_params.get((self.images.get(library), symbol))
+        if params is None:
+            params = self.kernel_params.get(symbol)
+        if params is None:
             return (real.CUresult.CUDA_ERROR_NOT_FOUND, None)
-        kernel = FakeKernel(library, symbol, self.kernel_params[symbol], self._handle())
+        kernel = FakeKernel(library, symbol, params, self._handle())
         self._kernels.append(kernel)
         return (SUCCESS, kernel)
 

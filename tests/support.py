@@ -157,8 +157,13 @@ def write_synthetic(directory: Path, combos) -> Manifest:
 ALL_COMBOS = [("sm_90a", 8), ("sm_90a", 120), ("sm_100a", 8), ("sm_100a", 120), ("sm_103a", 8)]
 
 
-def kernel_params_of(manifest: Manifest) -> dict[str, list[tuple[int, int]]]:
-    return {v.kernel_symbol: [(p.offset, p.size) for p in v.params] for v in manifest.variants}
+def kernel_params_of(manifest: Manifest) -> dict[tuple[str, str], list[tuple[int, int]]]:
+    """What FakeDriver reports per kernel, keyed (cubin sha256, symbol): the epilogues of
+    one kernel share its symbol."""
+    return {
+        (v.sha256, v.kernel_symbol): [(p.offset, p.size) for p in v.params]
+        for v in manifest.variants
+    }
 
 
 # ---------------------------------------------------------------------------------------

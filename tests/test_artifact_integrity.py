@@ -37,10 +37,11 @@ from click.testing import CliRunner
 from nvfp4_aot import cli, loader, plan
 from nvfp4_aot.errors import ArtifactError, Nvfp4Error, UnsupportedDeviceError
 from nvfp4_aot.kernels import FAMILIES, family_named
-from nvfp4_aot.manifest import MANIFEST_NAME, ROLE_INPUTS
+from nvfp4_aot.manifest import MANIFEST_NAME, input_kinds
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fake_driver import FakeDriver, installed  # noqa: E402
+from support import kernel_params_of  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = REPO / "artifacts"
@@ -49,9 +50,8 @@ FIX = r"(build_kernels\.py|reinstall)"  # what an artifact message must tell the
 NEVER = {"cuLibraryLoadData", "cuLaunchKernelEx", "cuLaunchKernel", "cuMemAlloc"}
 
 
-def _params() -> dict[str, list[tuple[int, int]]]:
-    manifest = loader.load_manifest(COMMITTED)
-    return {v.kernel_symbol: [(p.offset, p.size) for p in v.params] for v in manifest.variants}
+def _params() -> dict[tuple[str, str], list[tuple[int, int]]]:
+    return kernel_params_of(loader.load_manifest(COMMITTED))
 
 
 @pytest.fixture
@@ -166,17 +166,17 @@ DEFECTS = [
     pytest.param(lambda d: _edit(d, lambda raw: raw.pop("variants")),
                  r"manifest: missing field 'variants'", id="variants-missing"),
     pytest.param(lambda d: _edit(d, _variant_del("sha256")),
-                 r"manifest\.variants\[\d\]: missing field 'sha256'", id="variant-sha256-missing"),
+                 r"manifest\.variants\[\d+\]: missing field 'sha256'", id="variant-sha256-missing"),
     pytest.param(lambda d: _edit(d, _variant_del("params")),
-                 r"manifest\.variants\[\d\]: missing field 'params'", id="variant-params-missing"),
+                 r"manifest\.variants\[\d+\]: missing field 'params'", id="variant-params-missing"),
     pytest.param(lambda d: _edit(d, _variant_set("cubin_bytes", "65144")),
-                 r"manifest\.variants\[\d\]\.cubin_bytes: expected int, got '65144'",
+                 r"manifest\.variants\[\d+\]\.cubin_bytes: expected int, got '65144'",
                  id="cubin-bytes-as-string"),
     pytest.param(lambda d: _edit(d, _variant_set("compute_capability", [9])),
-                 r"manifest\.variants\[\d\]\.compute_capability: expected 2 items, got 1",
+                 r"manifest\.variants\[\d+\]\.compute_capability: expected 2 items, got 1",
                  id="capability-one-number"),
     pytest.param(lambda d: _edit(d, _variant_set("launch_hint", 1)),
-                 r"manifest\.variants\[\d\]: unknown field\(s\) \['launch_hint'\]", id="unknown-field"),
+                 r"manifest\.variants\[\d+\]: unknown field\(s\) \['launch_hint'\]", id="unknown-field"),
     pytest.param(_truncate_manifest, r"manifest is not valid JSON", id="manifest-truncated"),
     pytest.param(_write_text(""), r"manifest is not valid JSON", id="manifest-empty"),
     pytest.param(_write_text("[]"), r"manifest must be a JSON object", id="manifest-a-list"),
@@ -357,6 +357,7 @@ ARGUMENT_STEMS = {
     "tensormap": "tensormap_workspace",
     "total_num_clusters": "total_tiles",
     "persistent_blocks": "persistent_blocks",
+    "alpha_ptrs": "alpha_pointers",  # grouped GEMMs with alpha only
     # the MoE routing setup
     "ptr_of_plan": "plan",
     "ptr_of_run": "run",
@@ -482,8 +483,9 @@ def family_sources(family: str):
 @pytest.mark.parametrize("family", [f.name for f in FAMILIES])
 def test_host_launcher_takes_inputs_in_manifest_order(family):
     """The recorder passes sentinels in the role's input order (INPUT_NAMES for the
-    GEMMs): the host launcher's arguments."""
-    assert family_sources(family)[2] == list(ROLE_INPUTS[family_named(family).role])
+    GEMMs, then alpha_pointers in a variant with alpha): the host launcher's arguments."""
+    kernel = family_named(family)
+    assert family_sources(family)[2] == list(input_kinds(kernel.role, bool(kernel.epilogues)))
 
 
 def test_manifest_input_slots_match_the_kernel_sources():
@@ -491,6 +493,8 @@ def test_manifest_input_slots_match_the_kernel_sources():
     problems = []
     for variant in manifest.variants:
         carried, grid_x, _ = family_sources(variant.family)
+        if not variant.alpha:  # the alpha table is a kernel parameter only with alpha
+            carried = {i: names for i, names in carried.items() if names != ["alpha_pointers"]}
         problems += launch_input_problems(variant, carried, grid_x)
     assert problems == []
     assert {v.family for v in manifest.variants} == {f.name for f in FAMILIES}

@@ -30,6 +30,7 @@ from nvfp4_aot.bake.artifacts import (
     compare_artifacts,
     compile_variant,
     describe_variant,
+    variant_key,
     write_artifacts,
 )
 from nvfp4_aot.bake.capture import capture_once, link_recorder, random_inputs
@@ -40,7 +41,8 @@ from nvfp4_aot.packing import ParamPacker, launch_geometry
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "artifacts"
 COMMITTED = read_manifest(ARTIFACTS)
-VARIANTS = [(v.family, v.arch, v.num_groups) for v in COMMITTED.variants]
+VARIANTS = [variant_key(v) for v in COMMITTED.variants]
+NAMES = [v.name for v in COMMITTED.variants]
 needs_dsl = pytest.mark.skipif(
     importlib.util.find_spec("cutlass") is None,
     reason="the build extra (nvidia-cutlass-dsl) is not installed",
@@ -49,8 +51,8 @@ needs_dsl = pytest.mark.skipif(
 
 @dataclass(frozen=True)
 class Bake:
-    compiled: dict[tuple[str, str, int], CompiledVariant]
-    baked: dict[tuple[str, str, int], BakedVariant]
+    compiled: dict[tuple, CompiledVariant]  # by variant_key
+    baked: dict[tuple, BakedVariant]
     directory: Path  # the artifacts written from ``baked``
 
 
@@ -79,14 +81,14 @@ def test_fresh_bake_reproduces_committed_artifacts(bake):
     ).read_bytes()
 
 
-@pytest.mark.parametrize("family,arch,num_groups", VARIANTS)
-def test_packed_params_equal_dsl_host_launcher(bake, family, arch, num_groups, tmp_path):
-    c = bake.compiled[(family, arch, num_groups)]
-    variant = bake.baked[(family, arch, num_groups)].variant
+@pytest.mark.parametrize("key", VARIANTS, ids=NAMES)
+def test_packed_params_equal_dsl_host_launcher(bake, key, tmp_path):
+    c = bake.compiled[key]
+    variant = bake.baked[key].variant
     packer = ParamPacker(variant)
     library = link_recorder(c.exported, tmp_path)
     sizes = [p.size for p in variant.params]
-    rng = random.Random(f"{family}-{arch}-{num_groups}")
+    rng = random.Random(variant.name)
     for trial in range(4):
         inputs = random_inputs(rng, realistic=trial % 2 == 0, kinds=variant.input_kinds)
         poison = 0x11 + trial
@@ -106,9 +108,9 @@ def test_packed_params_equal_dsl_host_launcher(bake, family, arch, num_groups, t
         assert geometry.dynamic_smem_bytes == run.dynamic_smem_bytes
 
 
-@pytest.mark.parametrize("family,arch,num_groups", VARIANTS[:1])
-def test_capture_is_deterministic(compiled, family, arch, num_groups, tmp_path):
-    c = compiled[(family, arch, num_groups)]
+@pytest.mark.parametrize("key", VARIANTS[:1], ids=NAMES[:1])
+def test_capture_is_deterministic(compiled, key, tmp_path):
+    c = compiled[key]
     first = describe_variant(c, tmp_path / "a", seed=1)
     second = describe_variant(c, tmp_path / "b", seed=2)
     assert first == second
@@ -135,9 +137,9 @@ def bake_from_session(bake, monkeypatch):
     """``build_kernels`` bakes by handing out the session's bake (no second compile)."""
     calls = []
 
-    def bake_variant(family, arch, num_groups, workdir):
-        calls.append((family, arch, num_groups))
-        return bake.baked[(family, arch, num_groups)]
+    def bake_variant(family, arch, num_groups, epilogue, workdir):
+        calls.append((family, arch, num_groups, epilogue))
+        return bake.baked[(family, arch, num_groups, epilogue)]
 
     monkeypatch.setattr(build_kernels, "bake_variant", bake_variant)
     return calls
@@ -148,7 +150,7 @@ def test_check_passes_on_committed_artifacts(bake_from_session):
     result = CliRunner().invoke(build_kernels.main, ["--check", "--quiet", "--out", str(ARTIFACTS)])
     assert result.exit_code == 0, result.output
     assert "a fresh build reproduces" in result.output
-    assert sorted(bake_from_session) == sorted(VARIANTS)
+    assert sorted(bake_from_session, key=str) == sorted(VARIANTS, key=str)
 
 
 def test_check_fails_on_a_difference(bake_from_session, tmp_path):
@@ -229,7 +231,7 @@ def test_compiler_failure_is_reported_and_writes_nothing(monkeypatch, tmp_path):
         build_kernels.main, ["--arch", "sm_100a", "--groups", "8", "--quiet", "--out", str(out)]
     )
     assert result.exit_code != 0
-    assert "compiling sm100_nvfp4_grouped_gemm for sm_100a, G=8 failed" in result.output
+    assert "compiling sm100_nvfp4_grouped_gemm.sm_100a.g8 failed" in result.output
     assert not out.exists()
 
 

@@ -14,7 +14,6 @@ flow, not the kernel: the GPU runs that (tests/test_moe_gpu.py, bench/h200_batch
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
 import struct
 import sys
@@ -27,7 +26,7 @@ from click.testing import CliRunner
 
 from fake_driver import SUCCESS, FakeDriver, real
 from nvfp4_aot import cli, cli_moe, driver, loader, plan
-from nvfp4_aot.layouts import blocked_scale_bytes, blocked_to_scales
+from nvfp4_aot.layouts import blocked_scale_bytes, blocked_to_scales, encode_output
 from nvfp4_aot.manifest import ROLE_ROUTING
 from nvfp4_aot.moe_data import ROUTING_KINDS, routing_array
 from nvfp4_aot.moe_layout import (
@@ -43,6 +42,7 @@ from nvfp4_aot.moe_layout import (
     SF_BLOCK_ROWS,
 )
 from nvfp4_aot.reference import dequantize
+from support import kernel_params_of
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "artifacts"
@@ -69,14 +69,10 @@ class ComputingDriver(FakeDriver):
         self, skip_group: int | None = None, stray_row=False, graph_skips_routing=False,
         **kwargs,
     ):  # fmt: skip
-        params = {
-            v.kernel_symbol: [(p.offset, p.size) for p in v.params] for v in MANIFEST.variants
-        }
-        super().__init__(capability=(9, 0), kernel_params=params, **kwargs)
+        super().__init__(capability=(9, 0), kernel_params=kernel_params_of(MANIFEST), **kwargs)
         self.skip_group = skip_group
         self.stray_row = stray_row
         self.graph_skips_routing = graph_skips_routing
-        self.images: dict[int, str] = {}  # library handle -> sha256
         self.elapsed = 0.0
         self.capturing_streams: set[int] = set()
         self.graphs: dict[int, list] = {}
@@ -104,11 +100,6 @@ class ComputingDriver(FakeDriver):
         self.elapsed += 0.001
         return (SUCCESS, 0.010 + self.elapsed)
 
-    def cuLibraryLoadData(self, image, *options):
-        result = super().cuLibraryLoadData(image, *options)
-        self.images[result[1]] = hashlib.sha256(image).hexdigest()
-        return result
-
     def compute(self, launch) -> None:
         """What the launched kernel would write, from its parameters and the memory."""
         sha = self.images[launch.function.library]
@@ -128,6 +119,8 @@ class ComputingDriver(FakeDriver):
         sizes = np.frombuffer(self.read(pointer("problem_sizes"), g_count * 16), np.int32)
         abc = np.frombuffer(self.read(pointer("abc_pointers"), g_count * 24), np.uint64)
         scales = np.frombuffer(self.read(pointer("scale_pointers"), g_count * 16), np.uint64)
+        if variant.alpha:
+            alphas = np.frombuffer(self.read(pointer("alpha_pointers"), g_count * 8), np.uint64)
         for g in range(g_count):
             m, n, k, _l = (int(v) for v in sizes[4 * g : 4 * g + 4])
             if m == 0 or g == self.skip_group:
@@ -144,8 +137,10 @@ class ComputingDriver(FakeDriver):
                     data.reshape(rows, k // 2), blocked_to_scales(blocked, rows, k // 16)
                 )
 
-            c = operand(a_ptr, sfa_ptr, m) @ operand(b_ptr, sfb_ptr, n).T
-            self._write(c_ptr, c.astype(np.float16).tobytes())
+            c = (operand(a_ptr, sfa_ptr, m) @ operand(b_ptr, sfb_ptr, n).T).astype(np.float32)
+            if variant.alpha:  # the kernels scale the FP32 accumulator
+                c = c * np.frombuffer(self.read(int(alphas[g]), 4), np.float32)[0]
+            self._write(c_ptr, encode_output(c, variant.out_dtype).tobytes())
         if self.stray_row:
             self._write_stray_row(launch)
 
@@ -239,8 +234,8 @@ class ComputingDriver(FakeDriver):
         """nvfp4_aot/kernels/moe_routing.py in numpy: the GEMM tables of every chunk."""
         header = np.frombuffer(self.read(plan_words, 8 * P_HEADER_WORDS), np.int64)
         experts, layout, capacity, n, k, tile_m, tile_n = (int(v) for v in header[:7])
-        routing_ptr, a, b, c, sfa, sfb = (
-            int(v) for v in np.frombuffer(self.read(run_words, 48), np.uint64)
+        routing_ptr, a, b, c, sfa, sfb, alpha = (
+            int(v) for v in np.frombuffer(self.read(run_words, 56), np.uint64)
         )
         contiguous = LAYOUTS[layout] == "contiguous"
         count = experts + 1 if contiguous else experts
@@ -258,13 +253,14 @@ class ComputingDriver(FakeDriver):
                 self.read(plan_words + 8 * (P_HEADER_WORDS + C_WORDS * chunk), 8 * C_WORDS),
                 np.int64,
             )
-            first, chunk_experts, groups, sizes_at, abc_at, scales_at, prefix_at = (
-                int(v) for v in record[:7]
+            first, chunk_experts, groups, sizes_at, abc_at, scales_at, prefix_at, alpha_at = (
+                int(v) for v in record[:8]
             )
             sizes = np.zeros((groups, 4), np.int32)
             abc = np.zeros((groups, 3), np.uint64)
             scales = np.zeros((groups, 2), np.uint64)
             prefix = np.zeros(groups + 1, np.int32)
+            alphas = np.zeros(groups, np.uint64)
             slot = tiles = 0
             for e in range(first, first + chunk_experts):
                 m = int(rows[e])
@@ -282,13 +278,15 @@ class ComputingDriver(FakeDriver):
                     else (e * int(header[P_SFA_EXPERT_BYTES]))
                 )
                 scales[slot] = (sfa + sf, sfb + e * int(header[P_SFB_EXPERT_BYTES]))
+                alphas[slot] = alpha + 4 * e
                 prefix[slot] = tiles
                 tiles += -(-m // tile_m) * -(-n // tile_n)
                 slot += 1
             prefix[slot:] = tiles
             for address, table in ((sizes_at, sizes), (abc_at, abc), (scales_at, scales),
-                                   (prefix_at, prefix)):  # fmt: skip
-                self._write(address, table.tobytes())
+                                   (prefix_at, prefix), (alpha_at, alphas)):  # fmt: skip
+                if address:
+                    self._write(address, table.tobytes())
 
 
 @pytest.fixture

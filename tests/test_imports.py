@@ -70,7 +70,7 @@ def test_launch_path_imports_no_numpy(artifacts):
         from nvfp4_aot import driver
         from fake_driver import DirectFakeDriver
         manifest = nvfp4_aot.load_manifest({str(artifacts)!r})
-        params = {{v.kernel_symbol: [(p.offset, p.size) for p in v.params]
+        params = {{(v.sha256, v.kernel_symbol): [(p.offset, p.size) for p in v.params]
                    for v in manifest.variants}}
         fake = DirectFakeDriver(capability=(9, 0), kernel_params=params)
         driver.use_backend(fake)

@@ -116,8 +116,8 @@ def test_cubin_of_wrong_arch_refused_before_loading(tmp_path):
 
 def test_param_info_mismatch_refused(make_fake, artifacts, manifest):
     params = kernel_params_of(manifest)
-    symbol = "kernel_sm_100a_g8"
-    params[symbol] = params[symbol][:-1] + [(824, 4)]
+    key = next(key for key in params if key[1] == "kernel_sm_100a_g8")
+    params[key] = params[key][:-1] + [(824, 4)]
     fake = make_fake(kernel_params=params)
     with pytest.raises(ArtifactError, match=r"the driver reports kernel parameters .* refusing"):
         plan.GroupedGemmPlan([(128, 128, 256)], artifacts=artifacts)

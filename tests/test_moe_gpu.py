@@ -19,20 +19,23 @@ import numpy as np
 import pytest
 
 from nvfp4_aot import driver
-from nvfp4_aot.device_data import NAN_F16, CapturedGraph, DeviceMoe, check_routing
+from nvfp4_aot.device_data import NAN_F16, CapturedGraph, DeviceMoe, check_routing, random_alpha
+from nvfp4_aot.manifest import EPILOGUES
 from nvfp4_aot.moe import MoeGemmPlan
 from nvfp4_aot.moe_data import ROUTING_KINDS, MoeProblem, random_counts
+from nvfp4_aot.reference import TOLERANCE
 
 pytestmark = pytest.mark.gpu
 
-TOLERANCE = 1e-3
 FAMILIES = ("sm90_nvfp4_grouped_gemm", "sm90_nvfp4_grouped_gemm_a16")
 
 
-def assert_right(data: DeviceMoe, problem: MoeProblem, routing, label: str) -> None:
-    """Every expert within TOLERANCE of the float64 reference; every row outside the
-    routed ranges, and the guard after C, still poisoned."""
-    result = check_routing(data, problem, routing, TOLERANCE)
+def assert_right(
+    data: DeviceMoe, problem: MoeProblem, routing, label: str, out_dtype="float16", alpha=None
+) -> None:
+    """Every expert within TOLERANCE of the float64 reference (times its alpha); every
+    row outside the routed ranges, and the guard after C, still poisoned."""
+    result = check_routing(data, problem, routing, TOLERANCE[out_dtype], out_dtype, alpha)
     assert result["ok"], f"{label}: {result}"
 
 
@@ -65,33 +68,42 @@ CONFIGS = [  # (experts, n, k, layout, capacity, routings)
 ]
 
 
+@pytest.mark.parametrize("epilogue", EPILOGUES, ids=str)
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"E{c[0]}-{c[3]}")
-def test_one_graph_serves_every_routing(device, family, config):
+def test_one_graph_serves_every_routing(device, family, config, epilogue):
+    """With alpha, every tenth replay first writes new per-expert alphas into the same
+    array: the graph reads them on the device."""
     experts, n, k, layout, capacity, count = config
     count = int(os.environ.get("NVFP4_AOT_MOE_ROUTINGS", count))  # fewer under a sanitizer
     rng = np.random.default_rng(experts * 7 + len(layout))
     problem = MoeProblem(experts, n, k, layout, capacity, rng)
+    alpha = random_alpha(experts, rng) if epilogue.alpha else None
+    out_dtype = epilogue.out_dtype
     stream = driver.stream_create()
     try:
         with MoeGemmPlan(experts, n, k, layout=layout, capacity=capacity, device=device,
-                         kernel=family) as plan:  # fmt: skip
-            with DeviceMoe.of_problem(plan.layout.operand_bytes(), problem) as data:
+                         kernel=family, out_dtype=out_dtype, alpha=epilogue.alpha) as plan:  # fmt: skip
+            with DeviceMoe.of_problem(plan.layout.operand_bytes(), problem, alpha) as data:
                 cases = routings(problem, count, rng)
                 data.load(cases[0].routing, cases[0].sfa)
-                run = partial(plan.run, *data.operands, stream=stream)
+                run = partial(plan.run, *data.operands, stream=stream, alpha=data.alpha)
                 with CapturedGraph(stream, run) as graph:
                     for i, routing in enumerate(cases):
+                        if alpha is not None and i % 10 == 9:
+                            alpha = random_alpha(experts, rng)
+                            data.write("alpha", alpha)
                         data.load(routing.routing, routing.sfa)
                         graph.launch(stream)
                         driver.stream_synchronize(stream)
-                        label = f"{family} E={experts} {layout} routing {i}"
-                        assert_right(data, problem, routing, label)
+                        label = f"{family} {epilogue} E={experts} {layout} routing {i}"
+                        assert_right(data, problem, routing, label, out_dtype, alpha)
                     # the same plan eagerly after the replays
                     data.load(cases[1].routing, cases[1].sfa)
                     run()
                     plan.synchronize()
-                    assert_right(data, problem, cases[1], f"{family} E={experts} {layout} eager")
+                    label = f"{family} {epilogue} E={experts} {layout} eager"
+                    assert_right(data, problem, cases[1], label, out_dtype, alpha)
     finally:
         driver.stream_destroy(stream)
 

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 from nvfp4_aot import driver, loader, plan
-from nvfp4_aot.device_data import DeviceOperands
+from nvfp4_aot.device_data import DeviceOperands, random_alpha
 from nvfp4_aot.layouts import random_problem
-from nvfp4_aot.manifest import ROLE_GEMM
-from nvfp4_aot.reference import reference_gemm, relative_error
+from nvfp4_aot.manifest import EPILOGUES, ORIGINAL_EPILOGUE, ROLE_GEMM
+from nvfp4_aot.reference import TOLERANCE, reference_gemm, relative_error
 from support import gpu_unavailable
 
 pytestmark = pytest.mark.gpu
@@ -28,7 +28,6 @@ pytestmark = pytest.mark.gpu
 SHAPES = Path(
     os.environ.get("NVFP4_AOT_SHAPES") or Path(__file__).resolve().parent / "data" / "shapes.json"
 )
-TOLERANCE = 1e-3
 # every baked kernel family: the tests that take `kernel` run once per family that the
 # GPU can run (on sm_90a: the per-CTA decode and the decode-once kernel)
 FAMILIES = sorted({v.family for v in loader.load_manifest().variants if v.role == ROLE_GEMM})
@@ -52,21 +51,35 @@ class CudaArray:
         }  # fmt: skip
 
 
-def make_operands(sizes, seed: int):
-    """Random problems in device memory (one allocation); C poisoned with NaN (0xFFFF)."""
+@pytest.fixture(params=EPILOGUES, ids=str)
+def epilogue(request):
+    """Each baked epilogue: FP16 / BF16 output, with and without a random alpha per group."""
+    return request.param
+
+
+def make_operands(sizes, seed: int, epilogue=ORIGINAL_EPILOGUE, scale_range=(0.25, 4.0)):
+    """Random problems in device memory (one allocation), a random alpha per group for
+    an epilogue with alpha; C (of the epilogue's dtype) poisoned with NaN (0xFFFF)."""
     rng = np.random.default_rng(seed)
-    problems = [random_problem(m, n, k, rng) for m, n, k in sizes]
-    operands = DeviceOperands(sizes, [(p.a, p.b, p.sfa_blocked, p.sfb_blocked) for p in problems])
+    problems = [random_problem(m, n, k, rng, scale_range=scale_range) for m, n, k in sizes]
+    alpha = random_alpha(len(sizes), rng) if epilogue.alpha else None
+    operands = DeviceOperands(
+        sizes, [(p.a, p.b, p.sfa_blocked, p.sfb_blocked) for p in problems],
+        alpha=alpha, out_dtype=epilogue.out_dtype,
+    )  # fmt: skip
     operands.poison_c()
     return problems, operands
 
 
 def check_results(problems, operands, label: str) -> None:
+    """Every group against the float64 reference, times its alpha where there is one."""
+    alpha = operands.alpha_values
     for g, p in enumerate(problems):
         out = operands.c(g)
         assert np.isfinite(out).all(), f"{label} group {g} ({p.m}, {p.n}, {p.k}): non-finite output"
-        error = relative_error(out.astype(np.float64), reference_gemm(p))
-        assert error <= TOLERANCE, (
+        ref = reference_gemm(p) * (1.0 if alpha is None else float(alpha[g]))
+        error = relative_error(out, ref)
+        assert error <= TOLERANCE[operands.out_dtype], (
             f"{label} group {g} ({p.m}, {p.n}, {p.k}): relative error {error:.3g}"
         )
 
@@ -85,18 +98,22 @@ def as_cuda_arrays(problems, pointers) -> list[list[CudaArray]]:
 
 
 def run_and_check(
-    device: int, sizes, seed: int, *, as_arrays: bool = False, stream: int = 0, kernel=None
-) -> None:
-    problems, operands = make_operands(sizes, seed)
+    device: int, sizes, seed: int, *, as_arrays: bool = False, stream: int = 0, kernel=None,
+    epilogue=ORIGINAL_EPILOGUE, scale_range=(0.25, 4.0),
+) -> None:  # fmt: skip
+    problems, operands = make_operands(sizes, seed, epilogue, scale_range)
     try:
-        with plan.GroupedGemmPlan(sizes, device, kernel=kernel) as gemm:
+        with plan.GroupedGemmPlan(
+            sizes, device, kernel=kernel, out_dtype=epilogue.out_dtype, alpha=epilogue.alpha
+        ) as gemm:
             assert kernel is None or gemm.family == kernel
+            assert all(v.epilogue == epilogue for v in gemm.variants)
             columns = operands.columns
             if as_arrays:
                 columns = as_cuda_arrays(problems, columns)
-            gemm.run(*columns, stream=stream)
+            gemm.run(*columns, stream=stream, alpha=operands.alpha or None)
             gemm.synchronize()
-        check_results(problems, operands, f"sizes {sizes[:3]}...")
+        check_results(problems, operands, f"{epilogue}, sizes {sizes[:3]}...")
     finally:
         operands.free()
 
@@ -109,11 +126,54 @@ def _shapes() -> list:
 
 
 @pytest.mark.parametrize("index", range(10))
-def test_shapes_json(device, kernel, index):
+def test_shapes_json(device, kernel, epilogue, index):
     shapes = _shapes()
     if index >= len(shapes):
         gpu_unavailable(f"{SHAPES} is absent or has fewer than {index + 1} tests")
-    run_and_check(device, shapes[index], seed=1000 + index, kernel=kernel)
+    run_and_check(device, shapes[index], seed=1000 + index, kernel=kernel, epilogue=epilogue)
+
+
+@pytest.mark.parametrize("out_dtype", ["float16", "bfloat16"])
+def test_alpha_brings_large_products_into_range(device, kernel, out_dtype):
+    """Scales near the E4M3 maximum make A_g B_g^T overflow FP16 (up to ~1e9); alphas of
+    1e-4 .. 1e-3 bring C back into range, which works only if the FP32 accumulator is
+    scaled before the conversion."""
+    sizes = [(130, 256, 1024), (64, 96, 512)]
+    rng = np.random.default_rng(7300)
+    problems = [random_problem(m, n, k, rng, scale_range=(128.0, 448.0)) for m, n, k in sizes]
+    largest = max(float(np.abs(reference_gemm(p)).max()) for p in problems)
+    assert largest > 65504 * 100, "the test needs products far past the FP16 range"
+    alpha = (10.0 ** rng.uniform(-4, -3, len(sizes))).astype(np.float32)
+    arrays = [(p.a, p.b, p.sfa_blocked, p.sfb_blocked) for p in problems]
+    operands = DeviceOperands(sizes, arrays, alpha=alpha, out_dtype=out_dtype)
+    try:
+        operands.poison_c()
+        with plan.GroupedGemmPlan(
+            sizes, device, kernel=kernel, out_dtype=out_dtype, alpha=True
+        ) as gemm:
+            gemm.run(*operands.columns, alpha=operands.alpha)
+            gemm.synchronize()
+        check_results(problems, operands, f"large scales, {out_dtype} x alpha")
+    finally:
+        operands.free()
+
+
+def test_fp16_without_alpha_overflows_to_inf(device, kernel):
+    """The stated behaviour past FP16's range: the conversion gives +-inf (no saturation)."""
+    sizes = [(130, 256, 1024)]
+    problems, operands = make_operands(sizes, 7300, scale_range=(128.0, 448.0))
+    try:
+        with plan.GroupedGemmPlan(sizes, device, kernel=kernel) as gemm:
+            gemm.run(*operands.columns)
+            gemm.synchronize()
+        out, ref = operands.c(0), reference_gemm(problems[0])
+        big = np.abs(ref) > 65520 * 1.01
+        assert big.any()
+        assert np.isinf(out[big]).all() and (np.sign(out[big]) == np.sign(ref[big])).all()
+        small = np.abs(ref) < 60000
+        assert np.isfinite(out[small]).all()
+    finally:
+        operands.free()
 
 
 def _random_sizes(count: int, rng) -> list[tuple[int, int, int]]:
@@ -124,9 +184,10 @@ def _random_sizes(count: int, rng) -> list[tuple[int, int, int]]:
 
 
 @pytest.mark.parametrize("count", [1, 8, 9, 120, 121])
-def test_group_counts(device, kernel, count):
+def test_group_counts(device, kernel, epilogue, count):
     rng = np.random.default_rng(count)
-    run_and_check(device, _random_sizes(count, rng), seed=2000 + count, kernel=kernel)
+    sizes = _random_sizes(count, rng)
+    run_and_check(device, sizes, seed=2000 + count, kernel=kernel, epilogue=epilogue)
 
 
 @pytest.mark.parametrize(
@@ -137,8 +198,8 @@ def test_group_counts(device, kernel, count):
      # would cut the long tile into many pieces)
      [(128, 128, 7168), (128, 4096, 128)]],
 )  # fmt: skip
-def test_edge_shapes(device, kernel, sizes):
-    run_and_check(device, sizes, seed=3000 + len(sizes), kernel=kernel)
+def test_edge_shapes(device, kernel, epilogue, sizes):
+    run_and_check(device, sizes, seed=3000 + len(sizes), kernel=kernel, epilogue=epilogue)
 
 
 def test_split_launches_of_different_grids_share_the_workspace(device, kernel):
@@ -246,6 +307,70 @@ def test_graph_replays_with_new_operands(device, kernel):
         driver.call("cuStreamDestroy", stream)
 
 
+def test_graph_replay_reads_new_alpha_values(device, kernel):
+    """Alpha is read on the device: a captured run, replayed after new values are written
+    into the same alpha array, scales by the new values (BF16 output)."""
+    sizes = [(200, 256, 512), (72, 384, 256), (33, 128, 128)]
+    epilogue = EPILOGUES[-1]
+    assert epilogue.alpha and epilogue.out_dtype == "bfloat16"
+    stream = driver.call("cuStreamCreate", 1)
+    problems, operands = make_operands(sizes, 8100, epilogue)
+    try:
+        with plan.GroupedGemmPlan(
+            sizes, device, kernel=kernel, out_dtype="bfloat16", alpha=True
+        ) as gemm:
+            driver.capture_begin(stream, relaxed=True)
+            try:
+                gemm.run(*operands.columns, stream=int(stream), alpha=operands.alpha)
+            finally:
+                graph = driver.call("cuStreamEndCapture", stream)
+            executable = driver.call("cuGraphInstantiate", graph, 0)
+            rng = np.random.default_rng(8101)
+            for replay in range(3):
+                if replay:
+                    operands.alpha_values = random_alpha(len(sizes), rng)
+                    driver.memcpy_htod(
+                        operands.alpha, operands.alpha_values.ctypes.data, 4 * len(sizes)
+                    )
+                operands.poison_c()
+                driver.call("cuGraphLaunch", executable, stream)
+                driver.stream_synchronize(stream)
+                check_results(problems, operands, f"graph replay {replay} with new alpha")
+            driver.call("cuGraphExecDestroy", executable)
+            driver.call("cuGraphDestroy", graph)
+    finally:
+        operands.free()
+        driver.call("cuStreamDestroy", stream)
+
+
+def test_torch_bf16_output_and_alpha(device):
+    """torch tensors in, BF16 C and a float32 alpha tensor; the one-call API picks the
+    BF16-with-alpha variant from C's dtype and the alpha argument."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no GPU")
+    sizes = [(128, 256, 512), (40, 128, 256)]
+    rng = np.random.default_rng(6100)
+    problems = [random_problem(m, n, k, rng) for m, n, k in sizes]
+    alpha = random_alpha(len(sizes), rng)
+    dev = torch.device("cuda", device)
+
+    def t(array):
+        return torch.from_numpy(np.array(array)).to(dev)
+
+    c = [torch.full((p.m, p.n), float("nan"), dtype=torch.bfloat16, device=dev) for p in problems]
+    plan.grouped_gemm(
+        [t(p.a) for p in problems], [t(p.b) for p in problems], c,
+        [t(p.sfa_blocked) for p in problems], [t(p.sfb_blocked) for p in problems],
+        stream=torch.cuda.current_stream(), alpha=t(alpha),
+    )  # fmt: skip
+    torch.cuda.synchronize()
+    for g, p in enumerate(problems):
+        out = c[g].float().cpu().numpy().astype(np.float64)
+        error = relative_error(out, reference_gemm(p) * float(alpha[g]))
+        assert error <= TOLERANCE["bfloat16"], f"group {g}: relative error {error:.3g}"
+
+
 def test_torch_dlpack_operands(device):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
@@ -268,7 +393,7 @@ def test_torch_dlpack_operands(device):
     for g, p in enumerate(problems):
         out = c[g].cpu().numpy()
         assert np.isfinite(out).all()
-        assert relative_error(out.astype(np.float64), reference_gemm(p)) <= TOLERANCE
+        assert relative_error(out.astype(np.float64), reference_gemm(p)) <= TOLERANCE["float16"]
 
 
 def test_host_overhead(device, capsys):

@@ -14,7 +14,14 @@ from pathlib import Path
 from .. import __version__
 from ..errors import CaptureError
 from ..kernels import ARCH_COMPUTE_CAPABILITY, family_named
-from ..manifest import MANIFEST_NAME, SCHEMA_VERSION, Manifest, Variant, read_manifest
+from ..manifest import (
+    MANIFEST_NAME,
+    SCHEMA_VERSION,
+    Epilogue,
+    Manifest,
+    Variant,
+    read_manifest,
+)
 from .capture import ExportedKernel, capture_launch
 
 # The group search reads the CTA prefix with int32 indices and every group costs a
@@ -40,8 +47,16 @@ def dsl_version() -> str:
         ) from exc
 
 
-def cubin_file_name(family: str, arch: str, num_groups: int) -> str:
-    return f"{family}.{arch}.g{num_groups}.cubin"
+def variant_name(family: str, arch: str, num_groups: int, epilogue: Epilogue | None) -> str:
+    """``family.arch.gG`` plus the epilogue's suffix (none for FP16 without alpha)."""
+    return f"{family}.{arch}.g{num_groups}{epilogue.suffix if epilogue else ''}"
+
+
+def variant_key(variant: Variant) -> tuple[str, str, int, Epilogue | None]:
+    """What :func:`compile_variant` takes to rebuild ``variant``: family, arch, group
+    count and epilogue (None for a family without one)."""
+    epilogue = variant.epilogue if family_named(variant.family).epilogues else None
+    return (variant.family, variant.arch, variant.num_groups, epilogue)
 
 
 @dataclass(frozen=True)
@@ -51,26 +66,39 @@ class CompiledVariant:
     family: str
     arch: str
     num_groups: int
+    epilogue: Epilogue | None  # None: a kernel without one (the routing setup)
     exported: ExportedKernel
     tile_mnk: tuple[int, int, int]
     compile_seconds: float
 
+    @property
+    def name(self) -> str:
+        return variant_name(self.family, self.arch, self.num_groups, self.epilogue)
 
-def compile_variant(family_name: str, arch: str, num_groups: int, workdir: Path) -> CompiledVariant:
+
+def compile_variant(
+    family_name: str, arch: str, num_groups: int, epilogue: Epilogue | None, workdir: Path
+) -> CompiledVariant:
     """Compile one variant in a child process (the DSL reads its target from the environment)."""
     family = family_named(family_name)
     if arch not in family.archs:  # the registry is the one declaration of a family's archs
         raise CaptureError(f"kernel family {family.name} does not serve {arch} ({family.archs})")
-    prefix = f"nvfp4_{family.name}_{arch}_g{num_groups}"
+    if (epilogue is None) != (not family.epilogues) or (
+        epilogue is not None and epilogue not in family.epilogues
+    ):
+        raise CaptureError(f"kernel family {family.name} has no epilogue {epilogue}")
+    name = variant_name(family.name, arch, num_groups, epilogue)
+    prefix = "nvfp4_" + name.replace(".", "_")
     out = workdir / prefix
+    epilogue_args = [epilogue.out_dtype, str(int(epilogue.alpha))] if epilogue else []
     run = subprocess.run(
         [sys.executable, "-m", "nvfp4_aot.bake.compile_one", family.module, arch,
-         str(num_groups), str(out), prefix],
+         str(num_groups), str(out), prefix, *epilogue_args],
         capture_output=True, text=True,
     )  # fmt: skip
     if run.returncode != 0:
         tail = "\n".join((run.stderr or run.stdout).strip().splitlines()[-25:])
-        raise CaptureError(f"compiling {family.name} for {arch}, G={num_groups} failed:\n{tail}")
+        raise CaptureError(f"compiling {name} failed:\n{tail}")
     result = json.loads((out / "result.json").read_text())
     cubins = sorted((out / "dump").glob("*.cubin"))
     ptxs = sorted((out / "dump").glob("*.ptx"))
@@ -89,6 +117,7 @@ def compile_variant(family_name: str, arch: str, num_groups: int, workdir: Path)
         family.name,
         arch,
         num_groups,
+        epilogue,
         exported,
         tuple(result["tile_mnk"]),
         result["compile_seconds"],
@@ -98,25 +127,30 @@ def compile_variant(family_name: str, arch: str, num_groups: int, workdir: Path)
 def describe_variant(compiled: CompiledVariant, workdir: Path, seed: int = 0) -> Variant:
     """Capture the launch ABI of a compiled variant and describe it for the manifest."""
     family = family_named(compiled.family)
+    epilogue = compiled.epilogue or Epilogue()
     return capture_launch(
         compiled.exported,
         workdir,
         seed=seed,
-        name=f"{family.name}.{compiled.arch}.g{compiled.num_groups}",
+        name=compiled.name,
         family=family.name,
         arch=compiled.arch,
         compute_capability=ARCH_COMPUTE_CAPABILITY[compiled.arch],
         num_groups=compiled.num_groups,
         tile_mnk=compiled.tile_mnk,
-        cubin=cubin_file_name(family.name, compiled.arch, compiled.num_groups),
+        cubin=f"{compiled.name}.cubin",
         workspace=family.workspace,
         role=family.role,
+        out_dtype=epilogue.out_dtype,
+        alpha=epilogue.alpha,
     )
 
 
-def bake_variant(family_name: str, arch: str, num_groups: int, workdir: Path) -> BakedVariant:
-    """Compile, capture and describe one variant."""
-    return bake_compiled(compile_variant(family_name, arch, num_groups, workdir))
+def bake_variant(
+    family_name: str, arch: str, num_groups: int, epilogue: Epilogue | None, workdir: Path
+) -> BakedVariant:
+    """Compile, capture and describe one variant (epilogue None: a family without one)."""
+    return bake_compiled(compile_variant(family_name, arch, num_groups, epilogue, workdir))
 
 
 def bake_compiled(compiled: CompiledVariant) -> BakedVariant:

@@ -40,13 +40,13 @@ from ..errors import CaptureError
 from ..manifest import (
     INPUT_KINDS,
     INPUT_SIZES,
-    ROLE_INPUTS,
     FunctionAttribute,
     GridDim,
     InputSlot,
     KernelParam,
     LaunchAttribute,
     Variant,
+    input_kinds,
 )
 from .ptx import entry_params
 
@@ -379,7 +379,8 @@ def capture_launch(
     """Run the differential capture and every cross-check; raise CaptureError on doubt.
 
     ``identity`` holds the :class:`Variant` fields a capture does not determine (name,
-    family, arch, compute_capability, num_groups, tile_mnk, cubin, workspace); the
+    family, arch, compute_capability, num_groups, tile_mnk, cubin, workspace, role and
+    for a grouped GEMM its epilogue's out_dtype and alpha); the
     capture adds the cubin's hash and size and the proven launch ABI.
     """
     cubin = exported.cubin.read_bytes()
@@ -409,7 +410,7 @@ def capture_launch(
 
     library = link_recorder(exported, workdir)
     sizes = [p.size for p in records]
-    kinds = ROLE_INPUTS[identity["role"]]
+    kinds = input_kinds(identity["role"], identity.get("alpha", False))
     runs = [capture_once(library, sizes, *trial) for trial in trials(seed, captures, kinds)]
     _same("kernel name", [r.kernel_name for r in runs])
     if runs[0].kernel_name != ptx_name:

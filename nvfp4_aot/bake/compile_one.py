@@ -6,7 +6,7 @@ caller (:func:`nvfp4_aot.bake.artifacts.compile_variant`) has checked the arch a
 the family registry (``nvfp4_aot.kernels.FAMILIES``).
 
 Usage: python -m nvfp4_aot.bake.compile_one FAMILY_MODULE ARCH NUM_GROUPS OUT_DIR PREFIX
-Writes OUT_DIR/dump/*.{cubin,ptx}, OUT_DIR/export/PREFIX.{h,o} and OUT_DIR/result.json.
+[OUT_DTYPE ALPHA]  (the epilogue of a grouped GEMM: float16|bfloat16, 0|1). Writes OUT_DIR/dump/*.{cubin,ptx}, OUT_DIR/export/PREFIX.{h,o} and OUT_DIR/result.json.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ import time
 from pathlib import Path
 
 
-def main(module_name: str, arch: str, num_groups: int, out_dir: Path, prefix: str) -> None:
+def main(
+    module_name: str, arch: str, num_groups: int, out_dir: Path, prefix: str, *epilogue: str
+) -> None:
     dump = out_dir / "dump"
     export = out_dir / "export"
     dump.mkdir(parents=True, exist_ok=True)
@@ -30,7 +32,11 @@ def main(module_name: str, arch: str, num_groups: int, out_dir: Path, prefix: st
     started = time.perf_counter()
     module = importlib.import_module(module_name)
     imported = time.perf_counter()
-    compiled = module.compile(num_groups)
+    if epilogue:
+        out_dtype, alpha = epilogue
+        compiled = module.compile(num_groups, out_dtype, alpha == "1")
+    else:
+        compiled = module.compile(num_groups)
     compiled_at = time.perf_counter()
     compiled.export_to_c(str(export), prefix, prefix)
     result = {
@@ -43,4 +49,4 @@ def main(module_name: str, arch: str, num_groups: int, out_dir: Path, prefix: st
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4]), sys.argv[5])
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4]), sys.argv[5], *sys.argv[6:])

@@ -2,15 +2,16 @@
 
 This ``__init__`` imports nothing from the DSL: it only names the families, what each
 one does (its role: a grouped GEMM, or the MoE routing setup that fills a grouped GEMM's
-tables on the device), the architectures each one serves and the workspace each one
-needs, so that the build, the kernels and the runtime agree.
+tables on the device), the architectures each one serves, the epilogues each GEMM is
+baked with and the workspace each one needs, so that the build, the kernels and the
+runtime agree.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..manifest import ROLE_GEMM, ROLE_ROUTING, Workspace
+from ..manifest import EPILOGUES, ROLE_GEMM, ROLE_ROUTING, Epilogue, Workspace
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,8 @@ class KernelFamily:
     workspace: Workspace = Workspace()
     role: str = ROLE_GEMM
     groups: tuple[int, ...] | None = None  # group counts to bake; None: the build's list
+    # the epilogues each (arch, group count) is baked with; () for a kernel without one
+    epilogues: tuple[Epilogue, ...] = EPILOGUES
 
 
 FAMILIES = (
@@ -50,6 +53,7 @@ FAMILIES = (
         ("sm_90a", "sm_100a", "sm_103a"),
         role=ROLE_ROUTING,
         groups=(120,),
+        epilogues=(),
     ),
 )
 

@@ -29,7 +29,9 @@ experts, which each CTA adds up itself (no inter-CTA communication).
 
 Kernel parameters: ``plan`` (int64 words written once by the runtime: sizes, strides
 and per chunk the addresses of its tables), ``run`` (int64 words per run: the routing
-array and the A, B, C, SFA, SFB base addresses), ``num_chunks`` (int32: the grid). The
+array and the A, B, C, SFA, SFB base addresses, and the per-expert FP32 alpha array's
+when the GEMM variant has alpha: group g's alpha pointer is then alpha + 4 * expert),
+``num_chunks`` (int32: the grid). The
 words' layout has one home, :mod:`nvfp4_aot.moe_layout`.
 """
 
@@ -40,6 +42,7 @@ from cutlass.memory import SmemAllocator
 
 from ..moe_layout import (
     C_ABC,
+    C_ALPHA,
     C_COUNT,
     C_GROUPS,
     C_PREFIX,
@@ -63,6 +66,7 @@ from ..moe_layout import (
     P_TILE_M,
     P_TILE_N,
     R_A,
+    R_ALPHA,
     R_B,
     R_C,
     R_ROUTING,
@@ -199,6 +203,9 @@ def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer, num_groups: cutl
         plan, record + C_SCALES, cutlass.Int64, cute.make_layout((groups, 2), stride=(2, 1))
     )
     prefix = gemm_table(plan, record + C_PREFIX, cutlass.Int32, cute.make_layout(groups + 1))
+    # a GEMM variant with alpha: each group's pointer to its expert's FP32 alpha
+    has_alpha = plan[record + C_ALPHA] != 0
+    alphas = gemm_table(plan, record + C_ALPHA, cutlass.Int64, cute.make_layout(groups))
 
     if active == 1:
         expert64 = cutlass.Int64(expert)
@@ -214,6 +221,8 @@ def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer, num_groups: cutl
         else:
             scales[slot, 0] = run[R_SFA] + expert64 * plan[P_SFA_EXPERT_BYTES]
         scales[slot, 1] = run[R_SFB] + expert64 * plan[P_SFB_EXPERT_BYTES]
+        if has_alpha:
+            alphas[slot] = run[R_ALPHA] + expert64 * 4
         prefix[slot] = tile_before
     # Slots past the active experts: empty groups (zero sizes and pointers) whose CTA
     # prefix entry is the total, up to and including prefix[groups].
@@ -225,6 +234,8 @@ def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer, num_groups: cutl
                 abc[tidx, j] = cutlass.Int64(0)
             for j in cutlass.range_constexpr(2):
                 scales[tidx, j] = cutlass.Int64(0)
+            if has_alpha:
+                alphas[tidx] = cutlass.Int64(0)
         if tidx <= groups:
             prefix[tidx] = total_tiles
 

@@ -88,6 +88,7 @@ from cutlass.cute.runtime import make_ptr
 from cutlass.memory import SmemAllocator, TmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
+from .epilogue import C_DTYPES, alpha_table, load_alpha
 from .group_search import ceil_div, cta_tile_range, find_group
 
 FAMILY = "sm100_nvfp4_grouped_gemm"
@@ -104,7 +105,6 @@ MMA_TILER_MNK = (TILE_M, TILE_N, TILE_K)
 MMA_INST_SHAPE_K = 64
 AB_DTYPE = cutlass.Float4E2M1FN
 SF_DTYPE = cutlass.Float8E4M3FN
-C_DTYPE = cutlass.Float16
 SF_VEC_SIZE = 16
 EPILOGUE_WARP_COUNT = 4  # warps 0..3
 MMA_WARP_ID = 4
@@ -145,6 +145,8 @@ def grouped_gemm_kernel(
     cta_prefix: cute.Tensor,
     num_groups: cutlass.Constexpr[int],
     num_tma_load_bytes: cutlass.Constexpr[int],
+    c_dtype: cutlass.Constexpr,
+    alpha_ptrs: cute.Tensor | None,
 ):
     """Persistent grouped GEMM; see the module docstring for roles and layouts."""
     warp_idx = cute.arch.warp_idx()
@@ -692,9 +694,9 @@ def grouped_gemm_kernel(
     if not is_epilogue_warp:
         epilogue_slice_idx = 0
     simt_atom_128 = cute.make_copy_atom(
-        cute.nvgpu.CopyUniversalOp(), C_DTYPE, num_bits_per_copy=128
+        cute.nvgpu.CopyUniversalOp(), c_dtype, num_bits_per_copy=128
     )
-    simt_atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), C_DTYPE, num_bits_per_copy=16)
+    simt_atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), c_dtype, num_bits_per_copy=16)
     thread_row = tidx
     if cutlass.const_expr(NUM_ACC_STAGE == 1):
         tiled_copy_t2r_stage0 = tcgen05.make_tmem_copy(copy_atom_t2r, tCtAcc_stage0[None, 0, 0])
@@ -708,6 +710,7 @@ def grouped_gemm_kernel(
         n = cutlass.Int32(0)
         l = cutlass.Int32(0)  # noqa: E741
         cta_m = cutlass.Int32(0)
+        alpha = cutlass.Float32(1.0)
         group_idx = find_group(tile_idx, cta_prefix, num_groups)
         group_end = cta_prefix[group_idx + 1]
         while tile_idx < tile_end:
@@ -721,6 +724,8 @@ def grouped_gemm_kernel(
                 n = problem_sizes[group_idx, 1]
                 l = problem_sizes[group_idx, 3]  # noqa: E741
                 cta_m = ceil_div(m, MMA_TILER_MNK[0])
+                if cutlass.const_expr(alpha_ptrs is not None):
+                    alpha = load_alpha(alpha_ptrs, group_idx)
                 prev_group_idx = group_idx
             cta_rest = tile_idx - cta_prefix[group_idx]
             coord_y = cta_rest // cta_m
@@ -741,7 +746,7 @@ def grouped_gemm_kernel(
 
             # C (m, n, l), row-major FP16.
             mC_mnl_iter = cute.make_ptr(
-                C_DTYPE, abc_ptrs[group_idx, 2], cute.AddressSpace.gmem
+                c_dtype, abc_ptrs[group_idx, 2], cute.AddressSpace.gmem
             ).align(32)
             mC_mnl_layout = cute.make_layout(
                 (m, n, l),
@@ -756,7 +761,7 @@ def grouped_gemm_kernel(
             tCgC = thr_mma.partition_C(gC_mnl)
             tDgC = thr_copy_t2r.partition_D(tCgC[None, 0, 0])
             tDrAcc = cute.make_rmem_tensor(tDgC.shape, cutlass.Float32)
-            tDrC = cute.make_rmem_tensor(tDgC.shape, C_DTYPE)
+            tDrC = cute.make_rmem_tensor(tDgC.shape, c_dtype)
 
             residue_m = mC_mnl.shape[0] - cutlass.Int32(coord_x) * MMA_TILER_MNK[0]
             residue_n = mC_mnl.shape[1] - cutlass.Int32(coord_y) * MMA_TILER_MNK[1]
@@ -768,7 +773,10 @@ def grouped_gemm_kernel(
             # TMEM -> registers (thread t holds row t), FP32 -> FP16, -> GMEM.
             cute.copy(tiled_copy_t2r, tDtAcc, tDrAcc)
             if has_output_row:
-                tDrC.store(tDrAcc.load().to(C_DTYPE))
+                if cutlass.const_expr(alpha_ptrs is not None):
+                    tDrC.store((tDrAcc.load() * alpha).to(c_dtype))
+                else:
+                    tDrC.store(tDrAcc.load().to(c_dtype))
 
             if has_output_row and full_n_tile:
                 cute.copy(simt_atom_128, cute.flatten(tDrC), cute.flatten(tDgC))
@@ -800,7 +808,9 @@ def launch_grouped_gemm(
     tensormap_ptr: cute.Pointer,
     total_num_clusters: cutlass.Int32,
     persistent_blocks: cutlass.Int32,
+    alpha_ptrs_ptr: cute.Pointer | None,
     num_groups: cutlass.Constexpr[int],
+    c_dtype: cutlass.Constexpr,
 ):
     """Build the TMA atoms and SMEM layouts and launch ``persistent_blocks`` CTAs.
 
@@ -992,6 +1002,9 @@ def launch_grouped_gemm(
         num_groups,
         # Transaction bytes per AB stage (mbarrier expect-tx).
         num_tma_load_bytes,
+        # Epilogue: C's dtype and the per-group alpha table (None: no alpha).
+        c_dtype,
+        alpha_table(alpha_ptrs_ptr, num_groups),
     ).launch(
         grid=grid,
         block=[THREADS, 1, 1],
@@ -1000,11 +1013,12 @@ def launch_grouped_gemm(
     )
 
 
-def compile(num_groups: int):
+def compile(num_groups: int, out_dtype: str = "float16", alpha: bool = False):
     """Compile ``launch_grouped_gemm`` for ``num_groups`` groups and return it.
 
     Pointers are null and both Int32 scalars are 1: neither is baked into the
-    compiled code. The target is taken from ``CUTE_DSL_ARCH``.
+    compiled code. The target is taken from ``CUTE_DSL_ARCH``. ``out_dtype`` and
+    ``alpha`` choose the epilogue (:mod:`.epilogue`).
     """
 
     def null_ptr(dtype):
@@ -1019,5 +1033,7 @@ def compile(num_groups: int):
         null_ptr(cutlass.Int64),  # tensormaps int64[persistent_blocks, 4, 16]
         cutlass.Int32(1),  # total_num_clusters
         cutlass.Int32(1),  # persistent_blocks
+        null_ptr(cutlass.Int64) if alpha else None,  # alpha_pointers int64[G]
         num_groups,
+        C_DTYPES[out_dtype],
     )

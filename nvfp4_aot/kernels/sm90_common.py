@@ -15,6 +15,8 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.cute.runtime import make_ptr
 from cutlass.cutlass_dsl import dsl_user_op
 
+from .epilogue import C_DTYPES
+
 ARCHS = ("sm_90a",)
 
 # CTA tile (M x N x K in FP4 elements).  M runs along the activations A (the
@@ -328,11 +330,12 @@ def thread_offsets(tidx):
 
 
 @cute.jit
-def store_tile(acc, tCcC, c_address, m, n, coord_m, coord_n):
-    """Epilogue: C[m, n] = 2^14 * acc[n, m] -> FP16, element-wise guarded for the
-    M/N residues."""
+def store_tile(acc, tCcC, c_address, m, n, coord_m, coord_n, scale, c_dtype: cutlass.Constexpr):
+    """Epilogue: C[m, n] = scale * acc[n, m] -> ``c_dtype`` (round to nearest even),
+    element-wise guarded for the M/N residues. ``scale`` is 2^14 (undoing the decode's
+    scaling), times the group's alpha in a variant with alpha (:mod:`.epilogue`)."""
     mC = cute.make_tensor(
-        cute.make_ptr(cutlass.Float16, c_address, cute.AddressSpace.gmem, assumed_align=2),
+        cute.make_ptr(c_dtype, c_address, cute.AddressSpace.gmem, assumed_align=2),
         cute.make_layout((m, n), stride=(n, 1)),
     )
     gC = cute.local_tile(mC, (TILE_M, TILE_N), (coord_m, coord_n))
@@ -341,7 +344,7 @@ def store_tile(acc, tCcC, c_address, m, n, coord_m, coord_n):
     for i in cutlass.range_constexpr(cute.size(acc)):
         row_n, col_m = tCcC[i]
         if col_m < residue_m and row_n < residue_n:
-            gC[col_m, row_n] = cutlass.Float16(acc[i] * ACC_RESCALE)
+            gC[col_m, row_n] = c_dtype(acc[i] * scale)
 
 
 # ---------------------------------------------------------------------------
@@ -424,9 +427,10 @@ def host_operands(
     )
 
 
-def compile_host(grouped_gemm_host, num_groups: int):
-    """Compile a family's host launcher for a fixed group count (8 or 120); returns the
-    DSL object.  Null pointers and Int32 scalars 1: neither is baked into the code."""
+def compile_host(grouped_gemm_host, num_groups: int, out_dtype: str, alpha: bool):
+    """Compile a family's host launcher for a fixed group count (8 or 120) and epilogue
+    (:mod:`.epilogue`); returns the DSL object.  Null pointers and Int32 scalars 1:
+    neither is baked into the code."""
     gmem = cute.AddressSpace.gmem
     return cute.compile(
         grouped_gemm_host,
@@ -437,5 +441,7 @@ def compile_host(grouped_gemm_host, num_groups: int):
         make_ptr(cutlass.Int64, 0, gmem, assumed_align=16),
         cutlass.Int32(1),
         cutlass.Int32(1),
+        make_ptr(cutlass.Int64, 0, gmem, assumed_align=16) if alpha else None,
         num_groups,
+        C_DTYPES[out_dtype],
     )

@@ -69,8 +69,10 @@ from cutlass.cutlass_dsl import dsl_user_op
 from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
+from .epilogue import alpha_table, output_scale
 from .group_search import advance_group, ceil_div, cta_tile_range, find_group
 from .sm90_common import (
+    ACC_RESCALE,
     ARCHS,
     B_RAW_BYTES,
     BYTES_PER_TENSORMAP,
@@ -236,6 +238,8 @@ def kernel(
     tensor_of_problem_sizes: cute.Tensor,
     tensor_of_cta_prefix: cute.Tensor,
     num_groups: cutlass.Constexpr[int],
+    c_dtype: cutlass.Constexpr,
+    alpha_ptrs: cute.Tensor | None,
 ):
     tidx, _, _ = cute.arch.thread_idx()
     warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -489,6 +493,8 @@ def kernel(
                     tile_idx, group_idx, group, tensor_of_problem_sizes, tensor_of_cta_prefix
                 )
                 m, n, _cta_m, k_tile_cnt, _loaded_idx = group
+                # read before the main loop, so the load's latency hides behind it
+                scale = output_scale(alpha_ptrs, group_idx, ACC_RESCALE)
 
                 acc.fill(0.0)
                 tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
@@ -568,7 +574,17 @@ def kernel(
                 warpgroup.wait_group(0)
                 consumer_bar.arrive_and_wait()
 
-                store_tile(acc, tCcC, tensor_of_abc_ptrs[group_idx, 2], m, n, coord_m, coord_n)
+                store_tile(
+                    acc,
+                    tCcC,
+                    tensor_of_abc_ptrs[group_idx, 2],
+                    m,
+                    n,
+                    coord_m,
+                    coord_n,
+                    scale,
+                    c_dtype,
+                )
                 tile_idx += 1
 
 
@@ -586,7 +602,9 @@ def grouped_gemm_host(
     ptr_of_tensor_of_tensormap: cute.Pointer,
     total_num_clusters: cutlass.Int32,
     persistent_blocks: cutlass.Int32,
+    alpha_ptrs_ptr: cute.Pointer | None,
     num_groups: cutlass.Constexpr[int],
+    c_dtype: cutlass.Constexpr,
 ):
     """Launch the Hopper NVFP4 grouped GEMM (same ABI shape as the sm_100a kernel)."""
     kernel(
@@ -600,6 +618,8 @@ def grouped_gemm_host(
             num_groups,
         ),
         num_groups,
+        c_dtype,
+        alpha_table(alpha_ptrs_ptr, num_groups),
     ).launch(
         grid=(persistent_blocks, 1, 1),
         block=[THREADS, 1, 1],
@@ -609,6 +629,7 @@ def grouped_gemm_host(
     return
 
 
-def compile(num_groups: int):
-    """Compile the kernel for a fixed group count (8 or 120); returns the DSL object."""
-    return compile_host(grouped_gemm_host, num_groups)
+def compile(num_groups: int, out_dtype: str = "float16", alpha: bool = False):
+    """Compile the kernel for a fixed group count (8 or 120) and epilogue; returns the
+    DSL object."""
+    return compile_host(grouped_gemm_host, num_groups, out_dtype, alpha)

@@ -50,8 +50,10 @@ from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
 from . import family_named
+from .epilogue import alpha_table, output_scale
 from .group_search import advance_group, ceil_div, cta_tile_range, find_group
 from .sm90_common import (
+    ACC_RESCALE,
     ARCHS,
     B_RAW_BYTES,
     BYTES_PER_TENSORMAP,
@@ -420,6 +422,8 @@ def kernel(
     tensor_of_problem_sizes: cute.Tensor,
     tensor_of_cta_prefix: cute.Tensor,
     num_groups: cutlass.Constexpr[int],
+    c_dtype: cutlass.Constexpr,
+    alpha_ptrs: cute.Tensor | None,
 ):
     tidx, _, _ = cute.arch.thread_idx()
     warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -673,6 +677,8 @@ def kernel(
             while tile_idx < tile_end:
                 group_idx, m, n, k, coord_m, coord_n = _tile_at(tile_idx, group_idx, tiles, s_k)
                 k_tile_cnt = ceil_div(k, TILE_K)
+                # read before the main loop, so the load's latency hides behind it
+                scale = output_scale(alpha_ptrs, group_idx, ACC_RESCALE)
 
                 acc.fill(0.0)
                 tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
@@ -722,7 +728,7 @@ def kernel(
                             ab_pipeline.consumer_release(consumer_state)
                             consumer_state.advance()
                 # Each warpgroup stores its own rows while the other one's wgmmas run.
-                store_tile(acc, tCcC, s_c[group_idx], m, n, coord_m, coord_n)
+                store_tile(acc, tCcC, s_c[group_idx], m, n, coord_m, coord_n, scale, c_dtype)
                 tile_idx += 1
 
 
@@ -740,7 +746,9 @@ def grouped_gemm_host(
     ptr_of_tensor_of_tensormap: cute.Pointer,
     total_num_clusters: cutlass.Int32,
     persistent_blocks: cutlass.Int32,
+    alpha_ptrs_ptr: cute.Pointer | None,
     num_groups: cutlass.Constexpr[int],
+    c_dtype: cutlass.Constexpr,
 ):
     """Launch (cooperatively: phase 1 ends in a grid barrier); same ABI as the others."""
     kernel(
@@ -754,6 +762,8 @@ def grouped_gemm_host(
             num_groups,
         ),
         num_groups,
+        c_dtype,
+        alpha_table(alpha_ptrs_ptr, num_groups),
     ).launch(
         grid=(persistent_blocks, 1, 1),
         block=[THREADS, 1, 1],
@@ -764,6 +774,7 @@ def grouped_gemm_host(
     return
 
 
-def compile(num_groups: int):
-    """Compile the kernel for a fixed group count (8 or 120); returns the DSL object."""
-    return compile_host(grouped_gemm_host, num_groups)
+def compile(num_groups: int, out_dtype: str = "float16", alpha: bool = False):
+    """Compile the kernel for a fixed group count (8 or 120) and epilogue; returns the
+    DSL object."""
+    return compile_host(grouped_gemm_host, num_groups, out_dtype, alpha)
