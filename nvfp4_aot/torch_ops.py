@@ -7,14 +7,19 @@ first use, or at import when torch is already imported (call :func:`register` be
 Ops (``torch.ops.nvfp4_aot``), the layouts of :mod:`nvfp4_aot.moe`::
 
     moe_gemm(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor routing,
-             str layout="contiguous") -> Tensor
+             str layout="contiguous", Tensor? alpha=None, ScalarType? out_dtype=None)
+             -> Tensor
     moe_gemm_out(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor routing,
-                 Tensor(a!) out, str layout="contiguous") -> ()
+                 Tensor(a!) out, str layout="contiguous", Tensor? alpha=None) -> ()
 
-    contiguous: a (T, k/2)  b (E, n, k/2)  out (T, n) float16  routing int32 offsets[E + 1]
+    contiguous: a (T, k/2)  b (E, n, k/2)  out (T, n)  routing int32 offsets[E + 1]
                 sfa >= contiguous_scale_rows(T, E) * round_up(k/16, 4) bytes (1-D)
-    masked:     a (E, M, k/2)  b (E, n, k/2)  out (E, M, n) float16  routing int32 masked_m[E]
+    masked:     a (E, M, k/2)  b (E, n, k/2)  out (E, M, n)  routing int32 masked_m[E]
                 sfa >= E * blocked_scale_bytes(M, k) bytes
+
+out is float16 or bfloat16 (``out_dtype``, default float16); ``alpha``, where given, is
+float32 of shape (E,): expert e's rows are alpha[e] * A_e @ B_e^T, the FP32 accumulator
+scaled on the GPU before the conversion (checkpoints' input_scale * weight_scale_2).
 
 a and b are packed FP4 (uint8, or ``torch.float4_e2m1fn_x2``), sfa and sfb blocked E4M3
 scales (uint8 or ``torch.float8_e4m3fn``), everything C-contiguous on one CUDA device.
@@ -74,11 +79,11 @@ NAMESPACE = "nvfp4_aot"
 SCHEMAS = {
     "moe_gemm": (
         "moe_gemm(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor routing, "
-        'str layout="contiguous") -> Tensor'
+        'str layout="contiguous", Tensor? alpha=None, ScalarType? out_dtype=None) -> Tensor'
     ),
     "moe_gemm_out": (
         "moe_gemm_out(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor routing, "
-        'Tensor(a!) out, str layout="contiguous") -> ()'
+        'Tensor(a!) out, str layout="contiguous", Tensor? alpha=None) -> ()'
     ),
 }
 MAX_PLANS = 4096  # plans kept; past it, plans no CUDA graph captured are closed (oldest first)
@@ -123,19 +128,21 @@ def register() -> None:
         _moe_gemm = namespace.moe_gemm
 
 
-def moe_gemm(a, b, sfa, sfb, routing, layout: str = "contiguous"):
-    """C = A_e @ B_e^T for the rows the device ``routing`` gives each expert e; a new
-    float16 tensor (see the module docstring for the layouts)."""
+def moe_gemm(a, b, sfa, sfb, routing, layout: str = "contiguous", alpha=None, out_dtype=None):
+    """C = alpha[e] * A_e @ B_e^T (alpha optional) for the rows the device ``routing``
+    gives each expert e; a new ``out_dtype`` tensor (float16 or bfloat16, default
+    float16; see the module docstring for the layouts)."""
     if _moe_gemm is None:
         register()
-    return _moe_gemm(a, b, sfa, sfb, routing, layout)
+    return _moe_gemm(a, b, sfa, sfb, routing, layout, alpha, out_dtype)
 
 
-def moe_gemm_out(a, b, sfa, sfb, routing, out, layout: str = "contiguous") -> None:
-    """:func:`moe_gemm` into ``out``, whose unrouted rows stay as they are."""
+def moe_gemm_out(a, b, sfa, sfb, routing, out, layout: str = "contiguous", alpha=None) -> None:
+    """:func:`moe_gemm` into ``out`` (float16 or bfloat16), whose unrouted rows stay as
+    they are."""
     if _moe_gemm_out is None:
         register()
-    _moe_gemm_out(a, b, sfa, sfb, routing, out, layout)
+    _moe_gemm_out(a, b, sfa, sfb, routing, out, layout, alpha)
 
 
 class Routing(NamedTuple):
@@ -254,7 +261,7 @@ def _shape(t) -> tuple:
     return tuple(t.shape)
 
 
-def _check(a, b, sfa, sfb, routing, out, layout: str, real: bool):
+def _check(a, b, sfa, sfb, routing, out, layout: str, real: bool, alpha=None):
     """(experts, n, k, capacity) of a call; raises InvalidProblemError naming the operand.
     ``real``: also devices, contiguity and scale buffer sizes (not for fake tensors)."""
     import torch
@@ -269,8 +276,10 @@ def _check(a, b, sfa, sfb, routing, out, layout: str, real: bool):
         if t.dtype not in allowed:
             names = ", ".join(str(d).replace("torch.", "") for d in allowed)
             raise InvalidProblemError(f"{name} must have dtype {names}, got {t.dtype}")
-    if out is not None and out.dtype != torch.float16:
-        raise InvalidProblemError(f"out must be float16, got {out.dtype}")
+    if out is not None and out.dtype not in (torch.float16, torch.bfloat16):
+        raise InvalidProblemError(f"out must be float16 or bfloat16, got {out.dtype}")
+    if alpha is not None and alpha.dtype != torch.float32:
+        raise InvalidProblemError(f"alpha must have dtype float32, got {alpha.dtype}")
     if b.dim() != 3:
         raise InvalidProblemError(f"b must be (experts, n, k/2), got shape {_shape(b)}")
     experts, n, half_k = b.shape
@@ -298,6 +307,10 @@ def _check(a, b, sfa, sfb, routing, out, layout: str, real: bool):
         )
     if out is not None and _shape(out) != c_shape:
         raise InvalidProblemError(f"out must have shape {c_shape}, got {_shape(out)}")
+    if alpha is not None and _shape(alpha) != (experts,):
+        raise InvalidProblemError(
+            f"alpha must be float32 of shape ({experts},) (one per expert), got {_shape(alpha)}"
+        )
     if sfa.dim() != 1 or sfb.dim() != 1:
         which = "sfa" if sfa.dim() != 1 else "sfb"
         raise InvalidProblemError(f"{which} must be 1-D blocked scales (bytes)")
@@ -305,7 +318,7 @@ def _check(a, b, sfa, sfb, routing, out, layout: str, real: bool):
         return experts, n, 2 * half_k, capacity
     device = a.device
     for name, t in (("a", a), ("b", b), ("sfa", sfa), ("sfb", sfb), ("routing", routing),
-                    ("out", out)):  # fmt: skip
+                    ("out", out), ("alpha", alpha)):  # fmt: skip
         if t is None:
             continue
         if t.device != device:
@@ -343,28 +356,30 @@ def _scale_bytes(experts, n, k, layout, capacity) -> tuple[int, int]:
 # implementations
 
 
-def _moe_gemm_fake(a, b, sfa, sfb, routing, layout="contiguous"):
+def _moe_gemm_fake(a, b, sfa, sfb, routing, layout="contiguous", alpha=None, out_dtype=None):
     import torch
 
-    experts, n, _k, capacity = _check(a, b, sfa, sfb, routing, None, layout, real=False)
+    experts, n, _k, capacity = _check(a, b, sfa, sfb, routing, None, layout, False, alpha)
     shape = (experts, capacity, n) if layout == "masked" else (capacity, n)
-    return a.new_empty(shape, dtype=torch.float16)
+    if out_dtype not in (None, torch.float16, torch.bfloat16):
+        raise InvalidProblemError(f"out_dtype must be float16 or bfloat16, got {out_dtype}")
+    return a.new_empty(shape, dtype=out_dtype or torch.float16)
 
 
-def _moe_gemm_out_fake(a, b, sfa, sfb, routing, out, layout="contiguous"):
-    _check(a, b, sfa, sfb, routing, out, layout, real=False)
+def _moe_gemm_out_fake(a, b, sfa, sfb, routing, out, layout="contiguous", alpha=None):
+    _check(a, b, sfa, sfb, routing, out, layout, False, alpha)
 
 
-def _moe_gemm_cuda(a, b, sfa, sfb, routing, layout="contiguous"):
-    out = _moe_gemm_fake(a, b, sfa, sfb, routing, layout)
-    _moe_gemm_out_cuda(a, b, sfa, sfb, routing, out, layout)
+def _moe_gemm_cuda(a, b, sfa, sfb, routing, layout="contiguous", alpha=None, out_dtype=None):
+    out = _moe_gemm_fake(a, b, sfa, sfb, routing, layout, alpha, out_dtype)
+    _moe_gemm_out_cuda(a, b, sfa, sfb, routing, out, layout, alpha)
     return out
 
 
-def _moe_gemm_out_cuda(a, b, sfa, sfb, routing, out, layout="contiguous"):
+def _moe_gemm_out_cuda(a, b, sfa, sfb, routing, out, layout="contiguous", alpha=None):
     import torch
 
-    experts, n, k, capacity = _check(a, b, sfa, sfb, routing, out, layout, real=True)
+    experts, n, k, capacity = _check(a, b, sfa, sfb, routing, out, layout, True, alpha)
     if capacity == 0:
         return  # no rows: nothing to write
     device = a.device
@@ -372,7 +387,8 @@ def _moe_gemm_out_cuda(a, b, sfa, sfb, routing, out, layout="contiguous"):
         a.data_ptr(), b.data_ptr(), out.data_ptr(), sfa.data_ptr(), sfb.data_ptr(),
         routing.data_ptr(),
     )  # fmt: skip
-    key = (device.index, experts, n, k, layout, capacity, pointers[1], pointers[4])
+    key = (device.index, experts, n, k, layout, capacity, pointers[1], pointers[4],
+           out.dtype is torch.bfloat16, alpha is not None)  # fmt: skip
     capturing = torch.cuda.is_current_stream_capturing()
     plan = _plans.get(key)
     if plan is None:
@@ -380,11 +396,14 @@ def _moe_gemm_out_cuda(a, b, sfa, sfb, routing, out, layout="contiguous"):
     if capturing:
         with _lock:
             _captured.add(key)
-    plan.run(*pointers, stream=torch.cuda.current_stream(device).cuda_stream)
+    plan.run(
+        *pointers, stream=torch.cuda.current_stream(device).cuda_stream,
+        alpha=None if alpha is None else alpha.data_ptr(),
+    )  # fmt: skip
 
 
 def _new_plan(key: tuple, capturing: bool):
-    device, experts, n, k, layout, capacity, _b, _sfb = key
+    device, experts, n, k, layout, capacity, _b, _sfb, bf16, alpha = key
     if capturing:
         raise RuntimeError(
             f"nvfp4_aot::moe_gemm: no plan yet for {experts} experts, n={n}, k={k}, "
@@ -393,7 +412,10 @@ def _new_plan(key: tuple, capturing: bool):
         )
     from .moe import MoeGemmPlan
 
-    plan = MoeGemmPlan(experts, n, k, layout=layout, capacity=capacity, device=device)
+    plan = MoeGemmPlan(
+        experts, n, k, layout=layout, capacity=capacity, device=device,
+        out_dtype="bfloat16" if bf16 else "float16", alpha=alpha,
+    )  # fmt: skip
     evict = []
     with _lock:
         existing = _plans.get(key)
@@ -413,14 +435,14 @@ def _new_plan(key: tuple, capturing: bool):
     return plan
 
 
-def _moe_gemm_cpu(a, b, sfa, sfb, routing, layout="contiguous"):
-    out = _moe_gemm_fake(a, b, sfa, sfb, routing, layout)
+def _moe_gemm_cpu(a, b, sfa, sfb, routing, layout="contiguous", alpha=None, out_dtype=None):
+    out = _moe_gemm_fake(a, b, sfa, sfb, routing, layout, alpha, out_dtype)
     out.fill_(float("nan"))  # unrouted rows: as unspecified as on the GPU, but visible
-    _moe_gemm_out_cpu(a, b, sfa, sfb, routing, out, layout)
+    _moe_gemm_out_cpu(a, b, sfa, sfb, routing, out, layout, alpha)
     return out
 
 
-def _moe_gemm_out_cpu(a, b, sfa, sfb, routing, out, layout="contiguous"):
+def _moe_gemm_out_cpu(a, b, sfa, sfb, routing, out, layout="contiguous", alpha=None):
     """The float64 reference of the kernel, on CPU tensors (numpy)."""
     import numpy as np
     import torch
@@ -428,7 +450,8 @@ def _moe_gemm_out_cpu(a, b, sfa, sfb, routing, out, layout="contiguous"):
     from .layouts import blocked_to_scales
     from .reference import dequantize
 
-    experts, n, k, capacity = _check(a, b, sfa, sfb, routing, out, layout, real=True)
+    experts, n, k, capacity = _check(a, b, sfa, sfb, routing, out, layout, True, alpha)
+    scale = None if alpha is None else alpha.numpy()
 
     def host(t):
         return (t.view(torch.uint8) if t.dtype != torch.uint8 else t).numpy()
@@ -463,7 +486,8 @@ def _moe_gemm_out_cpu(a, b, sfa, sfb, routing, out, layout="contiguous"):
         a64 = dequantize(a_rows[e][start : start + m], blocked_to_scales(segment, m, cols))
         b_scales = sfb_host[e * b_expert_bytes : (e + 1) * b_expert_bytes]
         b64 = dequantize(b_host[e], blocked_to_scales(b_scales, n, cols))
-        c = torch.from_numpy((a64 @ b64.T).astype(np.float16))
+        c64 = a64 @ b64.T
+        c = torch.from_numpy(c64 if scale is None else c64 * float(scale[e])).to(out.dtype)
         if layout == "masked":
             out[e, :m] = c
         else:

@@ -26,6 +26,7 @@ from nvfp4_aot import operands
 from nvfp4_aot.layouts import blocked_scale_bytes
 from nvfp4_aot.manifest import (
     MANIFEST_NAME,
+    ORIGINAL_EPILOGUE,
     SCHEMA_VERSION,
     FunctionAttribute,
     GridDim,
@@ -92,13 +93,17 @@ def fake_cubin(arch: str, seed: int) -> bytes:
     return bytes(header) + random.Random(seed).randbytes(512)
 
 
+ALPHA_PARAM = (832, 8, 8, (("alpha_pointers", 0, 8),), ())  # a variant with alpha: last
+
+
 def synthetic_variant(
     arch: str, num_groups: int, cubin: bytes, tile=(128, 128, 256), family=None,
-    workspace=None, cooperative=0,
+    workspace=None, cooperative=0, epilogue=ORIGINAL_EPILOGUE,
 ) -> Variant:  # fmt: skip
     rng = random.Random(f"{arch}{num_groups}")
     params = []
-    for index, (offset, size, align, slots, padding) in enumerate(LAYOUT):
+    layout = LAYOUT + [ALPHA_PARAM] if epilogue.alpha else LAYOUT
+    for index, (offset, size, align, slots, padding) in enumerate(layout):
         constant = bytearray(rng.randbytes(size))
         for _name, at, width in slots:
             constant[at : at + width] = bytes(width)
@@ -109,14 +114,15 @@ def synthetic_variant(
                         tuple(InputSlot(*s) for s in slots), padding)
         )  # fmt: skip
     family = family or FAMILY[arch]
+    name = f"{family}.{arch}.g{num_groups}{epilogue.suffix}"
     return Variant(
-        name=f"{family}.{arch}.g{num_groups}",
+        name=name,
         family=family,
         arch=arch,
         compute_capability=ARCHS[arch][0],
         num_groups=num_groups,
         tile_mnk=tile,
-        cubin=f"{family}.{arch}.g{num_groups}.cubin",
+        cubin=f"{name}.cubin",
         sha256=hashlib.sha256(cubin).hexdigest(),
         cubin_bytes=len(cubin),
         kernel_symbol=f"kernel_{arch}_g{num_groups}",
@@ -124,7 +130,7 @@ def synthetic_variant(
         cluster=(1, 1, 1),
         grid=(GridDim(input="persistent_blocks"), GridDim(constant=1), GridDim(constant=1)),
         dynamic_smem_bytes=SMEM,
-        param_bytes=PARAM_BYTES,
+        param_bytes=PARAM_BYTES + 8 * epilogue.alpha,
         params=tuple(params),
         launch_attributes=(
             LaunchAttribute(6, "programmatic_stream_serialization", (0,)),
@@ -137,6 +143,8 @@ def synthetic_variant(
         ),
         registers=128,
         workspace=workspace or Workspace(),
+        out_dtype=epilogue.out_dtype,
+        alpha=epilogue.alpha,
     )
 
 

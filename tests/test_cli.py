@@ -67,12 +67,13 @@ class ComputingDriver(FakeDriver):
 
     def __init__(
         self, skip_group: int | None = None, stray_row=False, graph_skips_routing=False,
-        **kwargs,
+        ignore_alpha=False, **kwargs,
     ):  # fmt: skip
         super().__init__(capability=(9, 0), kernel_params=kernel_params_of(MANIFEST), **kwargs)
         self.skip_group = skip_group
         self.stray_row = stray_row
         self.graph_skips_routing = graph_skips_routing
+        self.ignore_alpha = ignore_alpha  # a kernel that forgot its alpha
         self.elapsed = 0.0
         self.capturing_streams: set[int] = set()
         self.graphs: dict[int, list] = {}
@@ -138,7 +139,7 @@ class ComputingDriver(FakeDriver):
                 )
 
             c = (operand(a_ptr, sfa_ptr, m) @ operand(b_ptr, sfb_ptr, n).T).astype(np.float32)
-            if variant.alpha:  # the kernels scale the FP32 accumulator
+            if variant.alpha and not self.ignore_alpha:  # the kernels scale the FP32 accumulator
                 c = c * np.frombuffer(self.read(int(alphas[g]), 4), np.float32)[0]
             self._write(c_ptr, encode_output(c, variant.out_dtype).tobytes())
         if self.stray_row:
@@ -496,6 +497,40 @@ def test_verify_catches_an_unwritten_group(use_driver):
     groups = json.loads(result.stdout)["cases"][0]["groups"]
     assert [g["ok"] for g in groups] == [True, False]
     assert groups[1]["finite"] is False  # the NaN poison was left in C
+
+
+@pytest.mark.parametrize("out_dtype", ["float16", "bfloat16"])
+def test_verify_with_alpha_and_out_dtype(use_driver, out_dtype):
+    use_driver(ComputingDriver())
+    args = ["--shape", "96,128,128", "--shape", "128,256,512", "--shape", "40,64,128"]
+    result = invoke("verify", *args, "--out-dtype", out_dtype, "--alpha", "--json")
+    assert result.exit_code == 0, result.output
+    (case,) = json.loads(result.stdout)["cases"]
+    suffix = ".bf16.alpha" if out_dtype == "bfloat16" else ".alpha"
+    assert case["variants"] == [f"sm90_nvfp4_grouped_gemm.sm_90a.g8{suffix}"]
+    assert case["epilogue"] == f"{out_dtype} x alpha"
+    assert all(g["ok"] for g in case["groups"])
+
+
+def test_verify_catches_a_kernel_that_ignores_alpha(use_driver):
+    use_driver(ComputingDriver(ignore_alpha=True))
+    result = invoke("verify", "--shape", "96,128,128", "--alpha")
+    assert result.exit_code == 1
+    assert "1 of 1 group(s) failed verification" in result.output
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "masked"])
+def test_moe_verify_with_alpha_and_bf16(use_driver, layout):
+    use_driver(ComputingDriver())
+    result = invoke(
+        "verify", "--moe", "12,128,256", "--layout", layout, "--tokens", "24", "--top-k", "2",
+        "--routings", "3", "--out-dtype", "bfloat16", "--alpha", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (case,) = json.loads(result.stdout)["cases"]
+    assert case["epilogue"] == "bfloat16 x alpha"
+    assert case["variants"][1].endswith(".bf16.alpha")
+    assert all(r["ok"] for r in case["routings"])
 
 
 def test_bench_json_against_the_fake(use_driver):

@@ -22,10 +22,11 @@ from nvfp4_aot.errors import InvalidProblemError
 from nvfp4_aot.layouts import random_problem, scales_to_blocked
 from nvfp4_aot.moe_data import ROUTING_KINDS, MoeProblem, random_counts
 from nvfp4_aot.moe_layout import contiguous_scale_rows, scale_offsets
+from nvfp4_aot.reference import TOLERANCE as TOLERANCES
 from nvfp4_aot.reference import relative_error
 from support import REPO
 
-TOLERANCE = 1e-3
+TOLERANCE, BF16_TOLERANCE = TOLERANCES["float16"], TOLERANCES["bfloat16"]
 
 
 def test_import_needs_no_torch():
@@ -119,6 +120,31 @@ def test_cpu_reference_matches_moe_problem(torch, ops, layout):
                 assert relative_error(flat[start:stop].numpy(), ref) <= TOLERANCE, (kind, e)
                 assert torch.equal(functional[start:stop], flat[start:stop])
         assert (flat.view(torch.int16)[torch.from_numpy(~written)] == -1).all(), kind
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "masked"])
+def test_cpu_reference_with_alpha_and_bf16(torch, ops, layout):
+    """alpha scales each expert's rows; out_dtype=bfloat16 gives a BF16 tensor."""
+    rng = np.random.default_rng(8)
+    experts, n, k, capacity = 4, 64, 128, (200 if layout == "contiguous" else 60)
+    problem = MoeProblem(experts, n, k, layout, capacity, rng)
+    total = capacity if layout == "contiguous" else experts * capacity
+    routing = problem.routing(random_counts("uniform", experts, total // 2, rng))
+    a, b, sfa, sfb, r = tensors(torch, problem, routing)
+    alpha = torch.tensor([1e-3, 2.0, -0.5, 7.0], dtype=torch.float32)
+    out = ops.moe_gemm(a, b, sfa, sfb, r, layout, alpha, torch.bfloat16).reshape(-1, n)
+    assert out.dtype == torch.bfloat16
+    for e, (start, stop) in enumerate(routing.row_ranges):
+        if stop > start:
+            ref = problem.reference(routing, e) * float(alpha[e])
+            got = out[start:stop].float().numpy()
+            assert relative_error(got, ref) <= BF16_TOLERANCE, e
+    with pytest.raises(InvalidProblemError, match=r"alpha must be float32 of shape \(4,\)"):
+        ops.moe_gemm(a, b, sfa, sfb, r, layout, alpha[:3])
+    with pytest.raises(InvalidProblemError, match="alpha must have dtype float32"):
+        ops.moe_gemm(a, b, sfa, sfb, r, layout, alpha.double())
+    with pytest.raises(InvalidProblemError, match="out_dtype must be float16 or bfloat16"):
+        ops.moe_gemm(a, b, sfa, sfb, r, layout, None, torch.float32)
 
 
 def test_route_matches_the_layout(torch, ops):
@@ -290,13 +316,13 @@ class RecordingPlan:
 
     made: list = []
 
-    def __init__(self, experts, n, k, *, layout, capacity, device):
-        self.key = (experts, n, k, layout, capacity, device)
+    def __init__(self, experts, n, k, *, layout, capacity, device, out_dtype, alpha):
+        self.key = (experts, n, k, layout, capacity, device, out_dtype, alpha)
         self.runs, self.closed = [], False
         RecordingPlan.made.append(self)
 
-    def run(self, *pointers, stream):
-        self.runs.append((pointers, stream))
+    def run(self, *pointers, stream, alpha=None):
+        self.runs.append((pointers, stream) if alpha is None else (pointers, stream, alpha))
 
     def close(self):
         self.closed = True
@@ -325,7 +351,7 @@ def test_cuda_path_plans_and_graph_slots(torch, ops, monkeypatch):
     run(a, b, sfa, sfb, routing, out)
     assert len(RecordingPlan.made) == 1
     plan = RecordingPlan.made[0]
-    assert plan.key == (6, 64, 128, "contiguous", 200, None)  # CPU tensors: index None
+    assert plan.key == (6, 64, 128, "contiguous", 200, None, "float16", False)  # CPU: index None
     pointers = (a.data_ptr(), b.data_ptr(), out.data_ptr(), sfa.data_ptr(), sfb.data_ptr(),
                 routing.data_ptr())  # fmt: skip
     assert plan.runs == [(pointers, 77)] * 2
@@ -344,4 +370,10 @@ def test_cuda_path_plans_and_graph_slots(torch, ops, monkeypatch):
     assert all(p.closed for p in RecordingPlan.made) and ops.plans() == []
     run(a, b, sfa, sfb, routing, out.clone())  # after release: a new plan, no conflict
     assert len(RecordingPlan.made) == 3
+    # BF16 output and alpha: a plan of that epilogue, alpha's address passed per run
+    alpha = torch.ones(6, dtype=torch.float32)
+    out16 = torch.zeros((200, 64), dtype=torch.bfloat16)
+    run(a, b, sfa, sfb, routing, out16, "contiguous", alpha)
+    assert RecordingPlan.made[-1].key[-2:] == ("bfloat16", True)
+    assert RecordingPlan.made[-1].runs[-1][-1] == alpha.data_ptr()
     ops.release_plans()
