@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, in one device call: GPU tests, CLI from the installed
 # wheel, reliability, host path, kernel benchmark against torch, compute-sanitizer, MoE
-# (GPU tests, CLI verify, sanitizer) and the MoE benchmark.
+# (GPU tests, CLI verify, sanitizer), the MoE benchmark and the epilogues (alpha, BF16:
+# CLI verify, sanitizer, cost against the original epilogue).
 # Run from the repo root on the GPU machine:  bash bench/h200_batch.sh 2>&1 | tee $OUT/batch.log
 # JSON results and the CLI transcript go to $OUT (default ./out). STEPS selects steps
 # (default: all). The wheel (python -m pip wheel --no-deps -w .carry/wheel .) is carried.
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
-STEPS=${STEPS:-env tests families choice cli reliability host bench sanitizer moe moebench}
+STEPS=${STEPS:-env tests families choice cli reliability host bench sanitizer moe moebench epilogue}
 FAMILIES="sm90_nvfp4_grouped_gemm sm90_nvfp4_grouped_gemm_a16"
 KERNELS=$(printf -- "--kernel %s " $FAMILIES)
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NVFP4_AOT_SHAPES=$PWD/tests/data/shapes.json
@@ -22,7 +23,7 @@ if want env; then
 fi
 if want tests; then
   step "GPU tests (pytest -m gpu; NVFP4_AOT_REQUIRE_GPU=1: no GPU, driver, kernel or file fails)"
-  NVFP4_AOT_REQUIRE_GPU=1 timeout 300 python3 -m pytest -q -m gpu tests/ -p no:cacheprovider 2>&1 | tail -15
+  NVFP4_AOT_REQUIRE_GPU=1 timeout 540 python3 -m pytest -q -m gpu tests/ -p no:cacheprovider 2>&1 | tail -15
   echo "pytest exit code: ${PIPESTATUS[0]}"
 fi
 if want families; then
@@ -100,5 +101,26 @@ if want moebench; then
   echo "bench_moe exit code: ${PIPESTATUS[0]}"
   timeout 200 python3 -m nvfp4_aot bench $KERNELS --moe 128,1536,2048 --moe 32,4096,7168 --tokens 16 \
     --tokens 1024 --top-k 8 --routing uniform --routing skewed --repeats 50 2>&1 | tail -12
+fi
+if want epilogue; then
+  step "epilogues: CLI verify with BF16 output and a random alpha per group/expert, sanitizer, cost"
+  for dtype in float16 bfloat16; do
+    for section in tests benchmarks; do
+      timeout 150 python3 -m nvfp4_aot verify --shapes "$SHAPES" --section $section $KERNELS \
+        --out-dtype $dtype --alpha 2>&1 | tail -1
+    done
+    timeout 200 python3 -m nvfp4_aot verify $KERNELS --layout contiguous --layout masked \
+      --moe 8,1536,2048 --moe 128,256,512 --tokens 64 --top-k 8 --out-dtype $dtype --alpha 2>&1 | tail -1
+  done
+  for tool in memcheck racecheck; do for family in $FAMILIES; do
+    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m nvfp4_aot verify --kernel $family \
+      --shape 200,256,512 --shape 72,384,256 --out-dtype bfloat16 --alpha 2>&1 | tail -2
+    echo "$tool $family bf16+alpha exit code: ${PIPESTATUS[0]}"
+    timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m nvfp4_aot verify --kernel $family \
+      --moe 130,128,256 --tokens 8 --top-k 8 --layout contiguous --layout masked --routings 3 \
+      --out-dtype bfloat16 --alpha 2>&1 | tail -2
+    echo "MoE $tool $family bf16+alpha exit code: ${PIPESTATUS[0]}"
+  done; done
+  timeout 400 python3 bench/bench_epilogue.py --json "$OUT/bench_epilogue.json" 2>&1 | tail -40
 fi
 step done

@@ -3,14 +3,18 @@
 For every group g: C_g[m, n] = sum_k A_g[m, k] * B_g[n, k] with A, B in FP4 E2M1
 (K-major, two values per byte), one FP8 E4M3 scale per 16 consecutive K elements
 (SFA, SFB in the blocked "to_blocked" layout), FP32 accumulation in tensor memory and
-an FP16 result. This is a port of the seed kernel; the build step imports this module,
-compiles one variant per group count and captures its launch ABI.
+an FP16 or BF16 result, optionally times a per-group FP32 alpha. This is a port of the
+seed kernel; the build step imports this module, compiles one variant per group count and
+epilogue (:mod:`.epilogue`) and captures its launch ABI. The FP16 variant without alpha
+is the seed's epilogue, cubin for cubin (docs/sm100_epilogue_review.md).
 
 Structure of one CTA (192 threads, one CTA per cluster, persistent):
 
 * warps 0-3 (128 threads), epilogue: wait for a full accumulator stage, copy it
   TMEM -> registers (``tcgen05.ld`` 32x32b x128: thread t holds row t of the
-  128x128 tile), convert FP32 -> FP16 and store straight to global memory, with
+  128x128 tile), scale by the group's alpha (variants with alpha: read when the
+  tiles reach a new group), convert FP32 -> FP16 or BF16 (round to nearest even,
+  +-inf past the range) and store straight to global memory, with
   128-bit stores for full tiles and per-element predication on the M/N residue.
   Warp 0 also allocates and frees the tensor memory.
 * warp 4, MMA: initialises the CTA's four TMA descriptors (A, B, SFA, SFB) in its
@@ -41,7 +45,8 @@ problem_sizes int32[G, 4] (m, n, k, l), abc_ptrs int64[G, 3] (A, B, C),
 sfasfb_ptrs int64[G, 2] (SFA, SFB), cta_prefix int32[G + 1], tensormaps
 int64[persistent_blocks, 4, 16] (4 x 128-byte descriptors per CTA),
 total_num_clusters Int32 (host side only, unused by the kernel), persistent_blocks
-Int32 (grid size and tensormap workspace extent), num_groups (compile time).
+Int32 (grid size and tensormap workspace extent), with alpha alpha_ptrs int64[G] (each
+group's FP32 alpha address), num_groups and the C dtype (compile time).
 
 Preconditions the kernel relies on without checking (the runtime must validate):
 
@@ -66,7 +71,7 @@ Preconditions the kernel relies on without checking (the runtime must validate):
    included, is silently moved 32 - p % 32 bytes on, so A, B and the scales are read
    from the wrong place and C is written late, up to 31 bytes past the end of its
    buffer (TMA itself needs only 16). A is m x k/2 bytes and B n x k/2 bytes, rows
-   packed without padding; C is m x n FP16, row-major and contiguous; C buffers of
+   packed without padding; C is m x n FP16 or BF16, row-major and contiguous; C buffers of
    different groups do not overlap.
 9. SFA (SFB) is blocked: ceil(m / 128) x ceil(k / 64) atoms of 512 bytes, K atom
    fastest, within an atom byte (r % 32) * 16 + (r // 32) * 4 + c for row r and
