@@ -1,0 +1,243 @@
+"""The XLA FFI handler of the MoE GEMM: a Python function XLA calls through ctypes.
+
+XLA calls :func:`_execute_cuda` with a call frame (:mod:`.xla_ffi`) each time a compiled
+program reaches the custom call, on the thread that runs the program, with the buffers
+XLA assigned (C is one of XLA's result buffers) and the stream XLA runs on. The handler
+takes the plan of the call's shape and device from a cache (made on the first call,
+which allocates and synchronises once; later calls allocate nothing and never wait)
+and runs it on XLA's stream with the buffers' addresses: the routing stays on the GPU.
+Any exception becomes an ``XLA_FFI_Error`` carrying its message, which JAX raises; a
+kernel fault after the launch surfaces as XLA's error at the next synchronisation.
+
+CUDA graphs. XLA records command buffers (CUDA graphs) of runs of compatible
+operations by default. The handler is registered *without* the command-buffer trait,
+so XLA runs it as its own step between command buffers, never during a capture: a
+plan's run inside a capture keeps its operand addresses in one of a few capture slots
+(:mod:`nvfp4_aot.launcher`), and XLA re-records its traces whenever buffer addresses
+change (C is a new buffer every call), so captured runs would use the slots up and a
+replay of an evicted trace would read another call's addresses. ``register(
+command_buffer=True)`` declares the trait anyway, for measurement only
+(bench/jax_smoke.py): plans then have :data:`EXPERIMENT_CAPTURE_SLOTS` slots and a
+capture past them fails with the launcher's error.
+
+The CPU platform gets a float64 reference (numpy) under the same target, so programs
+using the op run, slowly, on JAX's CPU backend: tests and pipelines without a GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+from ..errors import CudaError, InvalidProblemError, Nvfp4Error
+from . import xla_ffi
+
+TARGET = "nvfp4_aot_moe_gemm"
+MAX_PLANS = 256  # plans kept (one per shape and device); past it the oldest is closed
+EXPERIMENT_CAPTURE_SLOTS = 64
+
+_lock = threading.Lock()
+_registered: dict[str, object] | None = None  # platform -> the ctypes handler (kept alive)
+_command_buffer = False
+_plans: dict[tuple, object] = {}  # (device, E, n, k, layout, capacity, out dtype) -> plan
+_calls = 0  # executions handled, for tests and diagnostics
+_captured = 0  # of those, made while XLA captured a command buffer (trait experiment)
+
+
+def register(command_buffer: bool = False) -> None:
+    """Register the FFI target with JAX, for CUDA and (the reference) CPU; once per
+    process: later calls do nothing (a different ``command_buffer`` raises)."""
+    global _registered, _command_buffer
+    with _lock:
+        if _registered is not None:
+            if command_buffer != _command_buffer:
+                raise RuntimeError(
+                    f"{TARGET} is already registered with command_buffer={_command_buffer}; "
+                    "registration is once per process"
+                )
+            return
+        import jax
+
+        handlers = {
+            "CUDA": xla_ffi.Handler(_execute_cuda),
+            "cpu": xla_ffi.Handler(_execute_cpu),
+        }
+        for platform, handler in handlers.items():
+            address = ctypes.cast(handler, ctypes.c_void_p).value
+            jax.ffi.register_ffi_target(
+                TARGET, jax.ffi.pycapsule(address), platform=platform, api_version=1
+            )
+        _command_buffer = command_buffer
+        _registered = handlers
+
+
+def registered() -> bool:
+    return _registered is not None
+
+
+def executions() -> int:
+    """How many times XLA has called the handler so far (both platforms)."""
+    return _calls
+
+
+def captured_calls() -> int:
+    """How many executions XLA made during a command-buffer capture (counted only
+    when registered with ``command_buffer=True``)."""
+    return _captured
+
+
+def plans() -> list:
+    """The plans the handler holds (for inspection)."""
+    return list(_plans.values())
+
+
+def release_plans() -> None:
+    """Close every plan (waiting for their queued runs); the next call makes new ones."""
+    with _lock:
+        held = list(_plans.values())
+        _plans.clear()
+    for plan in held:
+        plan.close()
+
+
+# ---------------------------------------------------------------------------------------
+# the handlers
+
+
+def _execute_cuda(frame_pointer) -> int | None:
+    frame = frame_pointer.contents
+    traits = xla_ffi.TRAIT_COMMAND_BUFFER_COMPATIBLE if _command_buffer else 0
+    if xla_ffi.answer_metadata(frame, traits):
+        return None
+    try:
+        _count()
+        layout, ops, c = _decode(frame)
+        stream = xla_ffi.stream(frame)
+        if _command_buffer:
+            _count_capture(stream)
+        device = xla_ffi.device_ordinal(frame)
+        if device is None:  # an XLA without DeviceOrdinal_Get: the device owning b
+            from .. import driver
+
+            device = driver.pointer_device(ops[1].data)
+        key = _plan_key(device, layout, ops, c)
+        plan = _plans.get(key)
+        if plan is None:
+            plan = _new_plan(key, stream)
+        a, b, sfa, sfb, routing = (buffer.data for buffer in ops[:5])
+        if len(ops) > 5:  # alpha (only when the plan takes it: checked at trace time)
+            plan.run(a, b, c.data, sfa, sfb, routing, stream=stream, alpha=ops[5].data)
+        else:
+            plan.run(a, b, c.data, sfa, sfb, routing, stream=stream)
+    except BaseException as exc:  # noqa: BLE001 - nothing may unwind into XLA's C++
+        return _error(frame, exc)
+    return None
+
+
+def _execute_cpu(frame_pointer) -> int | None:
+    frame = frame_pointer.contents
+    if xla_ffi.answer_metadata(frame, 0):
+        return None
+    try:
+        _count()
+        layout, ops, c = _decode(frame)
+        from .cpu_reference import moe_reference
+
+        moe_reference(layout, ops, c)
+    except BaseException as exc:  # noqa: BLE001
+        return _error(frame, exc)
+    return None
+
+
+def _count() -> None:
+    global _calls
+    _calls += 1
+
+
+def _count_capture(stream: int) -> None:
+    global _captured
+    from .. import driver
+
+    _captured += driver.stream_is_capturing(stream)
+
+
+def _decode(frame):
+    """(layout, argument buffers, the result buffer C) of an execution."""
+    if frame.stage != xla_ffi.STAGE_EXECUTE:
+        raise RuntimeError(f"called for execution stage {frame.stage}; only execute is handled")
+    layout = xla_ffi.string_attributes(frame.attrs).get("layout")
+    ops = xla_ffi.buffers(frame.args, xla_ffi.ARG_BUFFER, "argument")
+    rets = xla_ffi.buffers(frame.rets, xla_ffi.RET_BUFFER, "result")
+    if len(ops) not in (5, 6) or len(rets) != 1 or layout is None:
+        raise RuntimeError(
+            f"expected 5 or 6 arguments, 1 result and a layout attribute, got {len(ops)}, "
+            f"{len(rets)} and {layout!r}: call it through nvfp4_aot.jax.moe_gemm"
+        )
+    return layout, ops, rets[0]
+
+
+def _plan_key(device: int, layout: str, ops, c) -> tuple:
+    experts, n, half_k = xla_ffi.shape(ops[1])
+    a_dims = xla_ffi.shape(ops[0])
+    capacity = a_dims[0] if layout == "contiguous" else a_dims[1]
+    return (device, experts, n, 2 * half_k, layout, capacity, xla_ffi.dtype_name(c))
+
+
+def _new_plan(key: tuple, stream: int):
+    from .. import driver
+
+    device, experts, n, k, layout, capacity, _out_dtype = key
+    if driver.stream_is_capturing(stream):
+        raise RuntimeError(
+            f"no plan yet for {experts} experts, n={n}, k={k}, {layout}, capacity {capacity} "
+            f"on device {device}, and XLA is capturing a command buffer (a plan cannot be "
+            "made during capture): run the jitted function once with "
+            "XLA_FLAGS=--xla_gpu_enable_command_buffer= or call nvfp4_aot.jax.prepare first"
+        )
+    return prepare_plan(key)
+
+
+def prepare_plan(key: tuple):
+    """The cached plan of ``key`` (device, E, n, k, layout, capacity, out dtype name),
+    made now if new."""
+    from ..moe import MoeGemmPlan
+
+    plan = _plans.get(key)
+    if plan is not None:
+        return plan
+    device, experts, n, k, layout, capacity, out_dtype = key
+    options = {"capture_slots": EXPERIMENT_CAPTURE_SLOTS if _command_buffer else 1}
+    if out_dtype != "float16":
+        options["out_dtype"] = out_dtype
+    with _lock:
+        plan = _plans.get(key)
+        if plan is None:
+            plan = MoeGemmPlan(
+                experts, n, k, layout=layout, capacity=capacity, device=device, **options
+            )
+            _plans[key] = plan
+            evicted = [_plans.pop(next(iter(_plans)))] if len(_plans) > MAX_PLANS else []
+        else:
+            evicted = []
+    for old in evicted:
+        old.close()
+    return plan
+
+
+def _error(frame, exc: BaseException) -> int:
+    if isinstance(exc, InvalidProblemError):
+        code = xla_ffi.ERROR_INVALID_ARGUMENT
+    elif isinstance(exc, CudaError):
+        code = xla_ffi.ERROR_INTERNAL
+    elif isinstance(exc, Nvfp4Error):
+        code = xla_ffi.ERROR_FAILED_PRECONDITION
+    else:
+        code = xla_ffi.ERROR_UNKNOWN
+    message = f"{TARGET}: {type(exc).__name__}: {exc}"
+    cause = exc.__cause__
+    if cause is not None:
+        message += f" (from {type(cause).__name__}: {cause})"
+    try:
+        return xla_ffi.create_error(frame, code, message)
+    except BaseException:  # noqa: BLE001 - a broken API table: nothing better to return
+        return None
