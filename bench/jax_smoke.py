@@ -22,6 +22,7 @@ times calls. ``--child MODE`` runs one child in this process.
 from __future__ import annotations
 
 import faulthandler
+import functools
 import os
 import subprocess
 import sys
@@ -95,6 +96,11 @@ def child(mode: str) -> int:
             stage(
                 f"{layout}: preparing the plan ahead: {nj.prepare(a, b, r0.sfa, sfb, r0.routing, layout=layout)}"
             )
+
+        @functools.partial(jax.jit, donate_argnums=5)
+        def step_out(a, b, sfa, sfb, routing, out, layout=layout):
+            return nj.moe_gemm(a, b, sfa, sfb, routing, layout=layout, out=out)
+
         total = capacity if layout == "contiguous" else experts * capacity
         kinds = ("uniform", "skewed", "one_expert", "empty", "sparse", "uniform")
         for i, kind in enumerate(kinds):
@@ -118,8 +124,32 @@ def child(mode: str) -> int:
                     ref = p.reference(r, e)
                     scale = max(float(np.abs(ref).max()), 1e-30)
                     worst = max(worst, float(np.abs(c[start:stop] - ref).max()) / scale)
-            ok = worst <= 1e-3
+            poison = (
+                np.full(c.shape, 0xFFFF, np.uint16)
+                .view(np.float16)
+                .reshape((-1, capacity, n) if layout == "masked" else (-1, n))
+            )
+            try:
+                kept = step_out(
+                    a,
+                    b,
+                    jax.device_put(r.sfa),
+                    sfb,
+                    jax.device_put(r.routing),
+                    jax.device_put(poison),
+                )
+                kept = np.asarray(kept).reshape(-1, n)
+                same_routed = bool(np.array_equal(kept[~unrouted], c[~unrouted].astype(np.float16)))
+                poison_kept = bool((kept[unrouted].view(np.uint16) == 0xFFFF).all())
+            except Exception:  # noqa: BLE001
+                stage(f"{layout} call {i} with out=: FAILED\n{traceback.format_exc()}")
+                same_routed = poison_kept = False
+            ok = worst <= 1e-3 and same_routed and poison_kept
             failures += not ok
+            stage(
+                f"{layout} call {i} with out= (poisoned, donated): routed rows as without: "
+                f"{same_routed}; unrouted rows still poison: {poison_kept}"
+            )
             rows = c[unrouted]
             stage(
                 f"{layout} call {i}: worst relative error {worst:.2e} ({'ok' if ok else 'WRONG'}); "

@@ -40,14 +40,16 @@ def _numpy_dtype(buffer):
     return np.dtype(name)
 
 
-def moe_reference(layout: str, ops, c_buffer) -> None:
-    """C = A_e @ B_e^T per expert, the routing read from the host buffer."""
+def moe_reference(layout: str, ops, alpha_buffer, c_buffer, fill_nan: bool = True) -> None:
+    """C = alpha_e * A_e @ B_e^T per expert, the routing read from the host buffer; rows
+    no expert owns keep C's contents (XLA's fresh buffer: NaN written first, unless the
+    call passed ``out``: ``fill_nan`` False)."""
     a = host_array(ops[0], np.uint8)
     b = host_array(ops[1], np.uint8)
     sfa = host_array(ops[2], np.uint8)
     sfb = host_array(ops[3], np.uint8)
     values = host_array(ops[4], np.int32).astype(np.int64)
-    alpha = host_array(ops[5], np.float32) if len(ops) > 5 else None
+    alpha = host_array(alpha_buffer, np.float32) if alpha_buffer is not None else None
     out_dtype = xla_ffi.dtype_name(c_buffer)
     c = host_array(c_buffer, np.uint16)
     experts, n, half_k = b.shape
@@ -55,7 +57,8 @@ def moe_reference(layout: str, ops, c_buffer) -> None:
     capacity = a.shape[0] if layout == "contiguous" else a.shape[1]
     cols = k // SF_VEC_SIZE
     row_bytes = round_up(cols, 4)
-    c[...] = _encode(np.full(c.shape, np.nan), out_dtype)
+    if fill_nan:
+        c[...] = _encode(np.full(c.shape, np.nan), out_dtype)
     if layout == "masked":
         if (values < 0).any():
             raise InvalidProblemError(f"routing: masked_m must be >= 0, got {values}")

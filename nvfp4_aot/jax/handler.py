@@ -106,12 +106,12 @@ def release_plans() -> None:
 
 def _execute_cuda(frame_pointer) -> int | None:
     frame = frame_pointer.contents
-    traits = xla_ffi.TRAIT_COMMAND_BUFFER_COMPATIBLE if _command_buffer else 0
-    if xla_ffi.answer_metadata(frame, traits):
-        return None
     try:
+        traits = xla_ffi.TRAIT_COMMAND_BUFFER_COMPATIBLE if _command_buffer else 0
+        if xla_ffi.answer_metadata(frame, traits):
+            return None
         _count()
-        layout, ops, c = _decode(frame)
+        layout, ops, alpha, c, _with_out = _decode(frame)
         stream = xla_ffi.stream(frame)
         if _command_buffer:
             _count_capture(stream)
@@ -124,9 +124,9 @@ def _execute_cuda(frame_pointer) -> int | None:
         plan = _plans.get(key)
         if plan is None:
             plan = _new_plan(key, stream)
-        a, b, sfa, sfb, routing = (buffer.data for buffer in ops[:5])
-        if len(ops) > 5:  # alpha (only when the plan takes it: checked at trace time)
-            plan.run(a, b, c.data, sfa, sfb, routing, stream=stream, alpha=ops[5].data)
+        a, b, sfa, sfb, routing = (buffer.data for buffer in ops)
+        if alpha is not None:  # only when the plan takes it (checked at trace time)
+            plan.run(a, b, c.data, sfa, sfb, routing, stream=stream, alpha=alpha.data)
         else:
             plan.run(a, b, c.data, sfa, sfb, routing, stream=stream)
     except BaseException as exc:  # noqa: BLE001 - nothing may unwind into XLA's C++
@@ -136,14 +136,14 @@ def _execute_cuda(frame_pointer) -> int | None:
 
 def _execute_cpu(frame_pointer) -> int | None:
     frame = frame_pointer.contents
-    if xla_ffi.answer_metadata(frame, 0):
-        return None
     try:
+        if xla_ffi.answer_metadata(frame, 0):
+            return None
         _count()
-        layout, ops, c = _decode(frame)
+        layout, ops, alpha, c, with_out = _decode(frame)
         from .cpu_reference import moe_reference
 
-        moe_reference(layout, ops, c)
+        moe_reference(layout, ops, alpha, c, fill_nan=not with_out)
     except BaseException as exc:  # noqa: BLE001
         return _error(frame, exc)
     return None
@@ -162,18 +162,25 @@ def _count_capture(stream: int) -> None:
 
 
 def _decode(frame):
-    """(layout, argument buffers, the result buffer C) of an execution."""
+    """(layout, the five operand buffers, alpha or None, the result buffer C, whether C
+    came in as ``out``) of an
+    execution. Arguments: a, b, sfa, sfb, routing, then alpha when the attribute
+    ``alpha`` is "given", then C's initial contents when ``out`` is "given" (XLA aliases
+    that buffer to the result, so C is always the result buffer)."""
     if frame.stage != xla_ffi.STAGE_EXECUTE:
         raise RuntimeError(f"called for execution stage {frame.stage}; only execute is handled")
-    layout = xla_ffi.string_attributes(frame.attrs).get("layout")
+    attrs = xla_ffi.string_attributes(frame.attrs)
+    layout = attrs.get("layout")
+    with_alpha, with_out = attrs.get("alpha") == "given", attrs.get("out") == "given"
+    expected = 5 + with_alpha + with_out
     ops = xla_ffi.buffers(frame.args, xla_ffi.ARG_BUFFER, "argument")
     rets = xla_ffi.buffers(frame.rets, xla_ffi.RET_BUFFER, "result")
-    if len(ops) not in (5, 6) or len(rets) != 1 or layout is None:
+    if len(ops) != expected or len(rets) != 1 or layout is None:
         raise RuntimeError(
-            f"expected 5 or 6 arguments, 1 result and a layout attribute, got {len(ops)}, "
-            f"{len(rets)} and {layout!r}: call it through nvfp4_aot.jax.moe_gemm"
+            f"expected {expected} arguments, 1 result and a layout attribute, got "
+            f"{len(ops)}, {len(rets)} and {layout!r}: call it through nvfp4_aot.jax.moe_gemm"
         )
-    return layout, ops, rets[0]
+    return layout, ops[:5], ops[5] if with_alpha else None, rets[0], with_out
 
 
 def _plan_key(device: int, layout: str, ops, c) -> tuple:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ..errors import InvalidProblemError
 from . import handler
 from .checks import check_moe_call
 
@@ -12,7 +13,9 @@ from .checks import check_moe_call
 VMAP_METHOD = "sequential"
 
 
-def moe_gemm(a, b, sfa, sfb, routing, *, layout="contiguous", alpha=None, out_dtype=jnp.float16):
+def moe_gemm(
+    a, b, sfa, sfb, routing, *, layout="contiguous", alpha=None, out_dtype=jnp.float16, out=None
+):
     """C = A_e @ B_e^T for the rows the device ``routing`` gives expert e, as a new array.
 
     Works inside ``jax.jit``: C is a result buffer XLA allocates, the GEMM runs on
@@ -25,22 +28,41 @@ def moe_gemm(a, b, sfa, sfb, routing, *, layout="contiguous", alpha=None, out_dt
 
     a, b packed FP4 (uint8 or int8), sfa, sfb 1-D blocked E4M3 scales (uint8 or
     float8_e4m3fn). Rows no expert owns are unspecified on the GPU (whatever XLA's
-    buffer held; NaN on the CPU reference): mask them before use.
+    buffer held; NaN on the CPU reference): mask them before use, or pass ``out``.
 
     Parameters
     ----------
     alpha : float32 array (E,), optional
         Per-expert scale of the FP32 accumulator (accepted once MoeGemmPlan takes it).
     out_dtype : float16 (default), or bfloat16 once MoeGemmPlan writes it.
+    out : array of C's shape and dtype, optional
+        C's initial contents: the result is ``out`` with the routed rows replaced, its
+        unrouted rows kept (XLA aliases the buffer to the result: no copy when the
+        caller donates it, ``jax.jit(..., donate_argnums=...)``, else one copy).
     """
+    if out is not None:
+        out_dtype = out.dtype
     call = check_moe_call(a, b, sfa, sfb, routing, layout, alpha, out_dtype)
     result = jax.ShapeDtypeStruct(call.c_shape, jnp.dtype(call.out_dtype))
-    if call.capacity == 0:
-        return jnp.zeros(result.shape, result.dtype)  # no rows: nothing to run
+    if out is not None and tuple(out.shape) != call.c_shape:
+        raise InvalidProblemError(f"out must have shape {call.c_shape}, got {tuple(out.shape)}")
+    if call.capacity == 0:  # no rows: nothing to run
+        return out if out is not None else jnp.zeros(result.shape, result.dtype)
     handler.register()
-    operands = (a, b, sfa, sfb, routing) + (() if alpha is None else (alpha,))
-    run = jax.ffi.ffi_call(handler.TARGET, result, vmap_method=VMAP_METHOD)
-    return run(*operands, layout=layout)
+    operands = [a, b, sfa, sfb, routing]
+    attributes = {"layout": layout, "alpha": "none", "out": "none"}
+    if alpha is not None:
+        operands.append(alpha)
+        attributes["alpha"] = "given"
+    aliases = None
+    if out is not None:
+        aliases = {len(operands): 0}
+        operands.append(out)
+        attributes["out"] = "given"
+    run = jax.ffi.ffi_call(
+        handler.TARGET, result, vmap_method=VMAP_METHOD, input_output_aliases=aliases
+    )
+    return run(*operands, **attributes)
 
 
 def prepare(a, b, sfa, sfb, routing, *, layout="contiguous", out_dtype=jnp.float16, device=None):
