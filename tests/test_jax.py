@@ -28,8 +28,13 @@ from nvfp4_aot.moe_layout import contiguous_scale_rows
 from support import REPO, kernel_params_of
 
 
-def _jax():
-    return pytest.importorskip("jax", reason="jax is not installed")
+@pytest.fixture
+def jax():
+    """jax, with JAX's CPU backend as the default device for the test (the machine may
+    have a GPU: these tests are about the CPU target)."""
+    jax = pytest.importorskip("jax", reason="jax is not installed")
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield jax
 
 
 # ---------------------------------------------------------------------------------------
@@ -334,8 +339,7 @@ def _assert_matches(p, routing, c) -> np.ndarray:
 
 
 @pytest.mark.parametrize("layout, capacity", [("contiguous", 300), ("masked", 40)])
-def test_one_compiled_function_serves_every_routing(layout, capacity):
-    jax = _jax()
+def test_one_compiled_function_serves_every_routing(jax, layout, capacity):
     import nvfp4_aot.jax as nj
 
     p, a, b, rng = _problem(layout, capacity=capacity)
@@ -356,8 +360,7 @@ def test_one_compiled_function_serves_every_routing(layout, capacity):
     assert len(traces) == 1
 
 
-def test_out_keeps_unrouted_rows():
-    jax = _jax()
+def test_out_keeps_unrouted_rows(jax):
     import nvfp4_aot.jax as nj
 
     p, a, b, _ = _problem("masked", capacity=40)
@@ -369,8 +372,7 @@ def test_out_keeps_unrouted_rows():
     assert (np.asarray(c).reshape(-1, p.n)[unrouted].view(np.uint16) == 0xFFFF).all()
 
 
-def test_trace_time_errors_under_jit_and_eval_shape():
-    jax = _jax()
+def test_trace_time_errors_under_jit_and_eval_shape(jax):
     import nvfp4_aot.jax as nj
 
     p, a, b, _ = _problem("contiguous")
@@ -383,8 +385,7 @@ def test_trace_time_errors_under_jit_and_eval_shape():
         nj.moe_gemm(a, b, routing.sfa, p.sfb, routing.routing, out=np.zeros((3, 64), np.float16))
 
 
-def test_a_failing_call_is_a_jax_error_and_the_next_one_works():
-    jax = _jax()
+def test_a_failing_call_is_a_jax_error_and_the_next_one_works(jax):
     import nvfp4_aot.jax as nj
 
     p, a, b, _ = _problem("contiguous")
@@ -400,8 +401,7 @@ def test_a_failing_call_is_a_jax_error_and_the_next_one_works():
     _assert_matches(p, routing, step(a, b, routing.sfa, p.sfb, routing.routing))
 
 
-def test_vmap_maps_sequentially():
-    jax = _jax()
+def test_vmap_maps_sequentially(jax):
     import nvfp4_aot.jax as nj
 
     p, a, b, _ = _problem("masked", capacity=40)
@@ -414,8 +414,7 @@ def test_vmap_maps_sequentially():
     _assert_matches(p, r2, stacked[1])
 
 
-def test_zero_capacity_runs_nothing():
-    jax = _jax()
+def test_zero_capacity_runs_nothing(jax):
     import nvfp4_aot.jax as nj
 
     before = handler.executions()
@@ -426,9 +425,8 @@ def test_zero_capacity_runs_nothing():
     assert c.shape == (0, 64) and handler.executions() == before
 
 
-def test_lowering_for_cuda_names_the_target():
-    """The program lowered for CUDA on a CPU-only machine holds our custom call."""
-    jax = _jax()
+def test_lowering_for_cuda_names_the_target(jax):
+    """The program lowered for CUDA (here possibly without a GPU) holds our custom call."""
     import nvfp4_aot.jax as nj
 
     p, a, b, _ = _problem("contiguous")
@@ -448,8 +446,7 @@ def test_lowering_for_cuda_names_the_target():
     assert 'layout = "contiguous"' in text
 
 
-def test_quantize_standin_matches_the_numpy_quantizer_bit_for_bit():
-    jax = _jax()
+def test_quantize_standin_matches_the_numpy_quantizer_bit_for_bit(jax):
     from nvfp4_aot.jax import quantize_standin
     from nvfp4_aot.quantize import quantize
 
@@ -471,8 +468,7 @@ def test_quantize_standin_matches_the_numpy_quantizer_bit_for_bit():
     np.testing.assert_array_equal(np.asarray(given[0]), quantize(x, 3.0).packed)
 
 
-def test_route_and_blocked_scales_match_the_host_layout():
-    jax = _jax()
+def test_route_and_blocked_scales_match_the_host_layout(jax):
     from nvfp4_aot.jax import blocked_scales, route
     from nvfp4_aot.layouts import scales_to_blocked
     from nvfp4_aot.moe_layout import scale_offsets
