@@ -171,3 +171,19 @@ def test_quantize_standin_on_the_gpu_matches_numpy(jax):
         assert np.float32(g) == q.global_scale, trial
         np.testing.assert_array_equal(np.asarray(scales), q.scales, err_msg=f"trial {trial}")
         np.testing.assert_array_equal(np.asarray(packed), q.packed, err_msg=f"trial {trial}")
+
+
+def test_example_jax_moe_runs(jax):
+    """examples/jax_moe.py as a user runs it (exit 0: every run matches float64)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(repo))
+    result = subprocess.run(
+        [sys.executable, str(repo / "examples" / "jax_moe.py"), "--repeats", "5"],
+        capture_output=True, text=True, env=env, cwd=repo, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "3/3 runs match" in result.stdout
