@@ -7,7 +7,7 @@
 # (default: all). The wheel (python -m pip wheel --no-deps -w .carry/wheel .) is carried.
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
-STEPS=${STEPS:-env tests families choice cli reliability host bench sanitizer moe moebench}
+STEPS=${STEPS:-env tests families choice cli reliability host bench sanitizer moe moebench jax}
 FAMILIES="sm90_nvfp4_grouped_gemm sm90_nvfp4_grouped_gemm_a16"
 KERNELS=$(printf -- "--kernel %s " $FAMILIES)
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NVFP4_AOT_SHAPES=$PWD/tests/data/shapes.json
@@ -22,7 +22,8 @@ if want env; then
 fi
 if want tests; then
   step "GPU tests (pytest -m gpu; NVFP4_AOT_REQUIRE_GPU=1: no GPU, driver, kernel or file fails)"
-  NVFP4_AOT_REQUIRE_GPU=1 timeout 300 python3 -m pytest -q -m gpu tests/ -p no:cacheprovider 2>&1 | tail -15
+  NVFP4_AOT_REQUIRE_GPU=1 timeout 300 python3 -m pytest -q -m gpu tests/ -p no:cacheprovider \
+    --ignore=tests/test_jax_gpu.py 2>&1 | tail -15  # JAX: its own step (jax)
   echo "pytest exit code: ${PIPESTATUS[0]}"
 fi
 if want families; then
@@ -100,5 +101,19 @@ if want moebench; then
   echo "bench_moe exit code: ${PIPESTATUS[0]}"
   timeout 200 python3 -m nvfp4_aot bench $KERNELS --moe 128,1536,2048 --moe 32,4096,7168 --tokens 16 \
     --tokens 1024 --top-k 8 --routing uniform --routing skewed --repeats 50 2>&1 | tail -12
+fi
+if want jax; then
+  step "JAX: FFI handler inside jax.jit (smoke with command buffers on/off/trait, GPU tests, example, benchmark on and off)"
+  export XLA_PYTHON_CLIENT_PREALLOCATE=false
+  python3 -c 'import jax, jaxlib; print("jax", jax.__version__, "jaxlib", jaxlib.__version__, jax.devices())'
+  timeout 150 python3 bench/jax_smoke.py 2>&1 | tail -80
+  echo "jax_smoke exit code: ${PIPESTATUS[0]}"
+  NVFP4_AOT_REQUIRE_GPU=1 timeout 400 python3 -m pytest -q tests/test_jax_gpu.py tests/test_jax.py -p no:cacheprovider 2>&1 | tail -12
+  echo "pytest jax exit code: ${PIPESTATUS[0]}"
+  timeout 300 python3 bench/bench_jax.py --json "$OUT/bench_jax.json" 2>&1 | tail -20
+  echo "bench_jax (command buffers on) exit code: ${PIPESTATUS[0]}"
+  XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 300 python3 bench/bench_jax.py \
+    --json "$OUT/bench_jax_no_cmdbuf.json" 2>&1 | tail -20
+  echo "bench_jax (command buffers off) exit code: ${PIPESTATUS[0]}"
 fi
 step done

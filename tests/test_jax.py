@@ -266,7 +266,10 @@ def _moe_frame(experts=8, n=256, k=512, capacity=100, **attrs) -> tuple[FakeFram
 
 
 @pytest.fixture
-def fake():
+def fake(monkeypatch):
+    """The fake driver, and a plan cache of the test's own (real plans made by GPU tests
+    in this process stay out of its reach)."""
+    monkeypatch.setattr(handler, "_plans", {})
     manifest = loader.load_manifest()
     with installed(FakeDriver(capability=(9, 0), kernel_params=kernel_params_of(manifest))) as f:
         yield f
