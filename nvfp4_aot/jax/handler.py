@@ -58,6 +58,7 @@ def register(command_buffer: bool = False) -> None:
             return
         import jax
 
+        _command_buffer = command_buffer  # before registering: XLA may ask for the traits
         handlers = {
             "CUDA": xla_ffi.Handler(_execute_cuda),
             "cpu": xla_ffi.Handler(_execute_cpu),
@@ -67,7 +68,6 @@ def register(command_buffer: bool = False) -> None:
             jax.ffi.register_ffi_target(
                 TARGET, jax.ffi.pycapsule(address), platform=platform, api_version=1
             )
-        _command_buffer = command_buffer
         _registered = handlers
 
 
