@@ -35,6 +35,9 @@ from . import xla_ffi
 TARGET = "nvfp4_aot_moe_gemm"
 MAX_PLANS = 256  # plans kept (one per shape and device); past it the oldest is closed
 EXPERIMENT_CAPTURE_SLOTS = 64
+# Operand sets in flight per plan before a call waits for the oldest run to finish: C is
+# a new XLA buffer every call (a new table), and JAX may dispatch many calls ahead.
+RING_SLOTS = 16
 
 _lock = threading.Lock()
 _registered: dict[str, object] | None = None  # platform -> the ctypes handler (kept alive)
@@ -213,7 +216,10 @@ def prepare_plan(key: tuple):
     if plan is not None:
         return plan
     device, experts, n, k, layout, capacity, out_dtype = key
-    options = {"capture_slots": EXPERIMENT_CAPTURE_SLOTS if _command_buffer else 1}
+    options = {
+        "capture_slots": EXPERIMENT_CAPTURE_SLOTS if _command_buffer else 1,
+        "ring_slots": RING_SLOTS,
+    }
     if out_dtype != "float16":
         options["out_dtype"] = out_dtype
     with _lock:
