@@ -10,7 +10,8 @@ Python (ctypes; no compiled shim)::
     c = nj.moe_gemm(a, w, sfa, w_scales, masked_m, layout="masked")
 
 Plans are made on the first execution for each (device, E, n, k, layout, capacity,
-output dtype) and kept; each later call allocates nothing and never synchronises.
+output dtype) and kept; each later call allocates nothing and never synchronises
+(except as backpressure: see :mod:`nvfp4_aot.jax.handler`).
 The call runs outside XLA's command buffers (CUDA graphs): see
 :mod:`nvfp4_aot.jax.handler` for why. ``jax.vmap`` maps sequentially (one run per batch
 element). On JAX's CPU backend the same target computes a float64 reference.

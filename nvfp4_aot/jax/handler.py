@@ -4,7 +4,9 @@ XLA calls :func:`_execute_cuda` with a call frame (:mod:`.xla_ffi`) each time a 
 program reaches the custom call, on the thread that runs the program, with the buffers
 XLA assigned (C is one of XLA's result buffers) and the stream XLA runs on. The handler
 takes the plan of the call's shape and device from a cache (made on the first call,
-which allocates and synchronises once; later calls allocate nothing and never wait)
+which allocates and synchronises once; later calls allocate nothing and never wait,
+unless :data:`RING_SLOTS` runs of the plan with distinct buffers are still queued on the
+GPU, when the call waits for the oldest: backpressure on a host far ahead of the GPU)
 and runs it on XLA's stream with the buffers' addresses: the routing stays on the GPU.
 Any exception becomes an ``XLA_FFI_Error`` carrying its message, which JAX raises; a
 kernel fault after the launch surfaces as XLA's error at the next synchronisation.
