@@ -44,6 +44,7 @@ def stage(message: str) -> None:
 
 
 def child(mode: str) -> int:
+    faulthandler.enable()  # a crash inside the handler prints every thread's stack
     faulthandler.dump_traceback_later(CHILD_TIMEOUT - 3, exit=False)  # a hang shows where
     stage(
         f"child {mode}: python {sys.version.split()[0]}, XLA_FLAGS={os.environ.get('XLA_FLAGS')!r}"
@@ -157,7 +158,8 @@ def child(mode: str) -> int:
                 f"with NaN, {int((rows == 0).all(axis=1).sum())} all zero"
             )
         stage(
-            f"{layout}: handler executions so far {handler.executions()}, plans {handler.plans()}"
+            f"{layout}: handler executions so far {handler.executions()}, XLA FFI API "
+            f"{handler.api_info()}, plans {handler.plans()}"
         )
 
         stage(f"{layout}: a bad routing must raise a JAX error")

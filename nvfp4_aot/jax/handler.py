@@ -47,6 +47,7 @@ _command_buffer = False
 _plans: dict[tuple, object] = {}  # (device, E, n, k, layout, capacity, out dtype) -> plan
 _calls = 0  # executions handled, for tests and diagnostics
 _captured = 0  # of those, made while XLA captured a command buffer (trait experiment)
+_api_seen: dict[str, int] = {}  # XLA's FFI API version and table size, from the first call
 
 
 def register(command_buffer: bool = False) -> None:
@@ -85,6 +86,11 @@ def executions() -> int:
     return _calls
 
 
+def api_info() -> dict[str, int]:
+    """XLA's FFI API version and API table size as the first execution saw them."""
+    return dict(_api_seen)
+
+
 def captured_calls() -> int:
     """How many executions XLA made during a command-buffer capture (counted only
     when registered with ``command_buffer=True``)."""
@@ -115,7 +121,7 @@ def _execute_cuda(frame_pointer) -> int | None:
         traits = xla_ffi.TRAIT_COMMAND_BUFFER_COMPATIBLE if _command_buffer else 0
         if xla_ffi.answer_metadata(frame, traits):
             return None
-        _count()
+        _count(frame)
         layout, ops, alpha, c, _with_out = _decode(frame)
         stream = xla_ffi.stream(frame)
         if _command_buffer:
@@ -144,7 +150,7 @@ def _execute_cpu(frame_pointer) -> int | None:
     try:
         if xla_ffi.answer_metadata(frame, 0):
             return None
-        _count()
+        _count(frame)
         layout, ops, alpha, c, with_out = _decode(frame)
         from .cpu_reference import moe_reference
 
@@ -154,9 +160,17 @@ def _execute_cpu(frame_pointer) -> int | None:
     return None
 
 
-def _count() -> None:
+def _count(frame) -> None:
     global _calls
     _calls += 1
+    if not _api_seen:
+        api = frame.api.contents
+        _api_seen.update(
+            major=api.api_version.major_version,
+            minor=api.api_version.minor_version,
+            table_bytes=api.struct_size,
+            frame_bytes=frame.struct_size,
+        )
 
 
 def _count_capture(stream: int) -> None:
