@@ -181,14 +181,13 @@ class FakeFrame:
     STREAM = 9
     ERROR = 0xE4404  # what the fake XLA_FFI_Error_Create returns
 
-    def __init__(self, args, rets, attrs: dict[str, str], metadata: bool = False):
+    def __init__(self, args, rets, metadata: bool = False):
         self.keep, self.errors = [], []
         self.frame = xla_ffi.CallFrame(struct_size=ctypes.sizeof(xla_ffi.CallFrame))
         self.frame.api = ctypes.pointer(self._api())
         self.frame.stage = xla_ffi.STAGE_EXECUTE
         self._table(self.frame.args, [self._buffer(*a) for a in args])
         self._table(self.frame.rets, [self._buffer(*r) for r in rets])
-        self._attrs(attrs)
         if metadata:
             self.metadata = xla_ffi.Metadata(struct_size=ctypes.sizeof(xla_ffi.Metadata))
             ext = xla_ffi.MetadataExtension(metadata=ctypes.pointer(self.metadata))
@@ -230,39 +229,22 @@ class FakeFrame:
         self.keep += [types, pointers]
         table.size, table.types, table.args = len(buffers), types, pointers
 
-    def _attrs(self, attrs: dict[str, str]) -> None:
-        spans = []
-        for text in [*attrs, *attrs.values()]:
-            raw = ctypes.create_string_buffer(text.encode())
-            spans.append(xla_ffi.ByteSpan(ctypes.addressof(raw), len(text)))
-            self.keep.append(raw)
-        count = len(attrs)
-        names = (ctypes.POINTER(xla_ffi.ByteSpan) * count)(
-            *[ctypes.pointer(s) for s in spans[:count]]
-        )
-        values = (ctypes.c_void_p * count)(*[ctypes.addressof(s) for s in spans[count:]])
-        types = (ctypes.c_int * count)(*[xla_ffi.ATTR_STRING] * count)
-        self.keep += [spans, names, values, types]
-        a = self.frame.attrs
-        a.size, a.types, a.names, a.attrs = count, types, names, values
-
     def call(self, function) -> int | None:
-        return function(ctypes.pointer(self.frame))
+        return function(ctypes.addressof(self.frame))
 
 
 BASE = 0x7000_0000_0000
 U8, S32, F16 = 6, 4, 10
 
 
-def _moe_frame(experts=8, n=256, k=512, capacity=100, **attrs) -> tuple[FakeFrame, list[int]]:
+def _moe_frame(experts=8, n=256, k=512, capacity=100, extra=()) -> tuple[FakeFrame, list[int]]:
     p = [BASE + (i + 1) * (1 << 34) for i in range(6)]  # routing, a, b, c, sfa, sfb
     args = [
         (p[1], (capacity, k // 2), U8), (p[2], (experts, n, k // 2), U8),
         (p[4], (1 << 20,), U8), (p[5], (experts * blocked_scale_bytes(n, k),), U8),
         (p[0], (experts + 1,), S32),
     ]  # fmt: skip
-    attrs = {"alpha": "none", "layout": "contiguous", "out": "none"} | attrs
-    return FakeFrame(args, [(p[3], (capacity, n), F16)], attrs), p
+    return FakeFrame(args + list(extra), [(p[3], (capacity, n), F16)]), p
 
 
 @pytest.fixture
@@ -302,15 +284,16 @@ def test_cuda_handler_turns_exceptions_into_xla_errors(fake):
 
 
 def test_cuda_handler_refuses_a_malformed_call(fake):
-    frame, _ = _moe_frame(out="given")  # says out is passed, but only 5 arguments are
+    extra = [(BASE, (100, 256), F16), (BASE, (100, 256), F16)]  # two outs
+    frame, _ = _moe_frame(extra=extra)
     assert frame.call(handler._execute_cuda) == FakeFrame.ERROR
-    assert "expected 6 arguments, 1 result and a layout attribute, got 5" in frame.errors[0][1]
+    assert "got 7 arguments and 1 results" in frame.errors[0][1]
 
 
 @pytest.mark.parametrize("command_buffer", [False, True])
 def test_metadata_declares_the_api_version_and_traits(monkeypatch, command_buffer):
     monkeypatch.setattr(handler, "_command_buffer", command_buffer)
-    frame = FakeFrame([], [], {}, metadata=True)
+    frame = FakeFrame([], [], metadata=True)
     assert frame.call(handler._execute_cuda) is None and not frame.errors
     version = frame.metadata.api_version
     assert (version.major_version, version.minor_version) == (xla_ffi.API_MAJOR, xla_ffi.API_MINOR)
@@ -446,7 +429,7 @@ def test_lowering_for_cuda_names_the_target(jax):
         pytest.skip(f"this jax cannot lower for CUDA here: {exc}")
     text = exported.mlir_module()
     assert f"@{handler.TARGET}" in text or f'"{handler.TARGET}"' in text
-    assert 'layout = "contiguous"' in text
+    assert "tensor<300x64xf16>" in text  # C, XLA's result
 
 
 def test_quantize_standin_matches_the_numpy_quantizer_bit_for_bit(jax):

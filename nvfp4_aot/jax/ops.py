@@ -49,20 +49,17 @@ def moe_gemm(
     if call.capacity == 0:  # no rows: nothing to run
         return out if out is not None else jnp.zeros(result.shape, result.dtype)
     handler.register()
-    operands = [a, b, sfa, sfb, routing]
-    attributes = {"layout": layout, "alpha": "none", "out": "none"}
+    operands = [a, b, sfa, sfb, routing]  # no attributes: the handler reads shapes only
     if alpha is not None:
         operands.append(alpha)
-        attributes["alpha"] = "given"
     aliases = None
     if out is not None:
         aliases = {len(operands): 0}
         operands.append(out)
-        attributes["out"] = "given"
     run = jax.ffi.ffi_call(
         handler.TARGET, result, vmap_method=VMAP_METHOD, input_output_aliases=aliases
     )
-    return run(*operands, **attributes)
+    return run(*operands)
 
 
 def prepare(a, b, sfa, sfb, routing, *, layout="contiguous", out_dtype=jnp.float16, device=None):

@@ -2,7 +2,7 @@
 
 Transcribed from ``xla/ffi/api/c_api.h`` (API 0.x; jaxlib ships the header under
 ``jax.ffi.include_dir()``). Only the parts a handler needs: the call frame, buffers,
-attributes, the metadata extension XLA sends once to learn the handler's API version
+the metadata extension XLA sends once to learn the handler's API version
 and traits, and the API table entries for errors, the stream and the device ordinal.
 Every struct starts with its ``struct_size``; fields are only ever appended, so these
 prefixes stay valid for newer XLA versions, and :func:`api_has` checks the table is
@@ -12,6 +12,8 @@ long enough before an entry is used. No jax import: this module is plain ctypes.
 from __future__ import annotations
 
 import ctypes
+import struct
+from typing import NamedTuple
 
 # handler API version we declare in the metadata (the range XLA accepts starts at 0.1)
 API_MAJOR, API_MINOR = 0, 1
@@ -20,12 +22,12 @@ EXTENSION_METADATA = 1  # XLA_FFI_Extension_Type
 STAGE_EXECUTE = 3  # XLA_FFI_ExecutionStage: INSTANTIATE, PREPARE, INITIALIZE, EXECUTE
 TRAIT_COMMAND_BUFFER_COMPATIBLE = 1  # XLA_FFI_Handler_TraitsBits
 ARG_BUFFER = RET_BUFFER = 1  # XLA_FFI_ArgType / XLA_FFI_RetType
-ATTR_STRING = 4  # XLA_FFI_AttrType (ARRAY 1, DICTIONARY 2, SCALAR 3)
 
 # XLA_FFI_Error_Code (absl status codes)
 ERROR_UNKNOWN, ERROR_INVALID_ARGUMENT, ERROR_FAILED_PRECONDITION = 2, 3, 9
 ERROR_RESOURCE_EXHAUSTED, ERROR_INTERNAL = 8, 13
 
+F32 = 11  # XLA_FFI_DataType of float32
 # XLA_FFI_DataType (xla::PrimitiveType) -> numpy dtype name
 DATA_TYPES = {
     1: "bool", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "uint8", 7: "uint16",
@@ -88,17 +90,13 @@ class Args(ctypes.Structure):  # XLA_FFI_Args and XLA_FFI_Rets have the same lay
     ]
 
 
-class ByteSpan(ctypes.Structure):
-    _fields_ = [("ptr", ctypes.c_void_p), ("len", ctypes.c_size_t)]
-
-
 class Attrs(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("extension_start", ctypes.POINTER(ExtensionBase)),
         ("size", ctypes.c_int64),
         ("types", ctypes.POINTER(ctypes.c_int)),
-        ("names", ctypes.POINTER(ctypes.POINTER(ByteSpan))),
+        ("names", ctypes.c_void_p),  # XLA_FFI_ByteSpan**
         ("attrs", ctypes.POINTER(ctypes.c_void_p)),
     ]
 
@@ -176,10 +174,92 @@ class CallFrame(ctypes.Structure):
     ]
 
 
-#: the C signature of an FFI handler: XLA_FFI_Error* handler(XLA_FFI_CallFrame*)
-Handler = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.POINTER(CallFrame))
+#: the C signature of an FFI handler, XLA_FFI_Error* handler(XLA_FFI_CallFrame*), with the
+#: frame passed as a plain address (read by :func:`read_frame`)
+Handler = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
 
 _NULL_EXTENSION = ctypes.POINTER(ExtensionBase)()
+
+# The call frame and a buffer as raw little-endian bytes: one ctypes.string_at and one
+# unpack each, cheaper per call than walking the ctypes structures above (which the
+# tests use to build frames).
+_FRAME = struct.Struct("<QQQQi4xQQqQQQQqQQQQqQQQ")
+_BUFFER = struct.Struct("<16xi4xQqQ")  # (dtype, data, rank, dims) of an XLA_FFI_Buffer
+assert _FRAME.size == CallFrame.future.offset and _BUFFER.size == ctypes.sizeof(Buffer)
+
+
+class RawBuffer(NamedTuple):
+    """One argument or result of a call: XLA_FFI_DataType, address, rank and the address
+    of its dims (read by :func:`shape` only where needed: each read costs a copy)."""
+
+    dtype: int
+    data: int
+    rank: int
+    dims: int
+
+
+class Frame(NamedTuple):
+    """What an execution's call frame says (attributes are not read: we pass none)."""
+
+    api: int  # address of XLA's XLA_FFI_Api table
+    ctx: int  # XLA_FFI_ExecutionContext*
+    stage: int
+    extension: int  # address of the first extension (the metadata query), or 0
+    args: list[RawBuffer]
+    rets: list[RawBuffer]
+
+
+def read_frame(address: int) -> Frame:
+    """Decode the call frame at ``address``; its arguments and results must be buffers."""
+    (
+        _size, extension, api, ctx, stage,
+        _a0, _a1, n_args, arg_types, args,
+        _r0, _r1, n_rets, ret_types, rets,
+        *_attrs,
+    ) = _FRAME.unpack(ctypes.string_at(address, _FRAME.size))  # fmt: skip
+    if extension:
+        return Frame(api, ctx, stage, extension, [], [])
+    return Frame(
+        api, ctx, stage, 0,
+        _buffers(n_args, arg_types, args, ARG_BUFFER, "argument"),
+        _buffers(n_rets, ret_types, rets, RET_BUFFER, "result"),
+    )  # fmt: skip
+
+
+def frame_api(address: int) -> int:
+    """The API table's address from the call frame at ``address``."""
+    return _pointers(address + CallFrame.api.offset, 1)[0]
+
+
+def shape(buffer: RawBuffer) -> tuple[int, ...]:
+    if not buffer.rank:
+        return ()
+    return struct.unpack(f"<{buffer.rank}q", ctypes.string_at(buffer.dims, 8 * buffer.rank))
+
+
+def _pointers(address: int, count: int) -> tuple[int, ...]:
+    return struct.unpack(f"<{count}Q", ctypes.string_at(address, 8 * count))
+
+
+def _buffers(count: int, types: int, pointers: int, kind: int, what: str) -> list[RawBuffer]:
+    if count == 0:
+        return []
+    kinds = struct.unpack(f"<{count}i", ctypes.string_at(types, 4 * count))
+    for i, k in enumerate(kinds):
+        if k != kind:
+            raise TypeError(f"{what} {i} is not a buffer (FFI type {k})")
+    unpack, read, size = _BUFFER.unpack, ctypes.string_at, _BUFFER.size
+    return [RawBuffer._make(unpack(read(pointer, size))) for pointer in _pointers(pointers, count)]
+
+
+_apis: dict[int, Api] = {}  # XLA's API table by address (one per process in practice)
+
+
+def api_table(address: int) -> Api:
+    api = _apis.get(address)
+    if api is None:
+        api = _apis[address] = Api.from_address(address)
+    return api
 
 
 def api_has(api: Api, field: str) -> bool:
@@ -188,81 +268,50 @@ def api_has(api: Api, field: str) -> bool:
     return api.struct_size >= entry.offset + entry.size
 
 
-def answer_metadata(frame: CallFrame, traits: int) -> bool:
-    """Fill in the metadata XLA asks for (once, at registration) when ``frame`` carries
-    the metadata extension; returns whether it did (then the call is nothing else)."""
-    extension = frame.extension_start
-    if not extension or extension.contents.type != EXTENSION_METADATA:
+def answer_metadata(frame: Frame, address: int, traits: int) -> bool:
+    """Fill in the metadata XLA asks for (at registration) when the frame at
+    ``address`` carries the metadata extension; returns whether it did (then the call
+    is nothing else)."""
+    if not frame.extension:
         return False
-    metadata = ctypes.cast(extension, ctypes.POINTER(MetadataExtension)).contents.metadata
-    metadata.contents.api_version.major_version = API_MAJOR
-    metadata.contents.api_version.minor_version = API_MINOR
-    metadata.contents.traits = traits
-    if metadata.contents.struct_size >= Metadata.state_type_id.offset + 8:
-        metadata.contents.state_type_id = 0  # XLA_FFI_UNKNOWN_TYPE_ID: a stateless handler
+    extension = ExtensionBase.from_address(frame.extension)
+    if extension.type != EXTENSION_METADATA:
+        return False
+    metadata = MetadataExtension.from_address(frame.extension).metadata.contents
+    metadata.api_version.major_version = API_MAJOR
+    metadata.api_version.minor_version = API_MINOR
+    metadata.traits = traits
+    if metadata.struct_size >= Metadata.state_type_id.offset + 8:
+        metadata.state_type_id = 0  # XLA_FFI_UNKNOWN_TYPE_ID: a stateless handler
     return True
 
 
-def create_error(frame: CallFrame, code: int, message: str) -> int:
+def create_error(frame: Frame, code: int, message: str) -> int:
     """An ``XLA_FFI_Error*`` carrying ``message`` (XLA takes ownership and raises it)."""
     args = ErrorCreateArgs(
         ctypes.sizeof(ErrorCreateArgs), _NULL_EXTENSION, message.encode("utf-8", "replace"), code
     )
-    return frame.api.contents.XLA_FFI_Error_Create(ctypes.byref(args))
+    return api_table(frame.api).XLA_FFI_Error_Create(ctypes.byref(args))
 
 
-def stream(frame: CallFrame) -> int:
+def stream(frame: Frame) -> int:
     """The platform stream XLA runs this call on (a CUstream on CUDA)."""
     args = StreamGetArgs(ctypes.sizeof(StreamGetArgs), _NULL_EXTENSION, frame.ctx, None)
-    error = frame.api.contents.XLA_FFI_Stream_Get(ctypes.byref(args))
-    if error:
-        raise RuntimeError("XLA_FFI_Stream_Get failed") from _Passed(error)
+    if api_table(frame.api).XLA_FFI_Stream_Get(ctypes.byref(args)):
+        raise RuntimeError("XLA_FFI_Stream_Get failed")  # (its XLA_FFI_Error is leaked)
     return args.stream or 0
 
 
-def device_ordinal(frame: CallFrame) -> int | None:
+def device_ordinal(frame: Frame) -> int | None:
     """The device ordinal of this call, or None where XLA's API predates the entry."""
-    api = frame.api.contents
+    api = api_table(frame.api)
     if not api_has(api, "XLA_FFI_DeviceOrdinal_Get"):
         return None
     args = DeviceOrdinalGetArgs(ctypes.sizeof(DeviceOrdinalGetArgs), _NULL_EXTENSION, frame.ctx, 0)
-    error = api.XLA_FFI_DeviceOrdinal_Get(ctypes.byref(args))
-    if error:
-        raise RuntimeError("XLA_FFI_DeviceOrdinal_Get failed") from _Passed(error)
+    if api.XLA_FFI_DeviceOrdinal_Get(ctypes.byref(args)):
+        raise RuntimeError("XLA_FFI_DeviceOrdinal_Get failed")  # (its error is leaked)
     return int(args.device_ordinal)
 
 
-class _Passed(Exception):
-    """An XLA_FFI_Error an API call returned (its message is not read: it is leaked,
-    as reading it needs Error_GetMessage/Destroy, which only failures would reach)."""
-
-
-def buffers(table: Args, kind: int, what: str) -> list[Buffer]:
-    """The buffers of the call's arguments or results (every one must be a buffer)."""
-    out = []
-    for i in range(table.size):
-        if table.types[i] != kind:
-            raise TypeError(f"{what} {i} is not a buffer (FFI type {table.types[i]})")
-        out.append(ctypes.cast(table.args[i], ctypes.POINTER(Buffer)).contents)
-    return out
-
-
-def shape(buffer: Buffer) -> tuple[int, ...]:
-    return tuple(buffer.dims[i] for i in range(buffer.rank))
-
-
-def dtype_name(buffer: Buffer) -> str:
+def dtype_name(buffer: RawBuffer) -> str:
     return DATA_TYPES.get(buffer.dtype, f"XLA type {buffer.dtype}")
-
-
-def string_attributes(attrs: Attrs) -> dict[str, str]:
-    """The call's attributes, all of which must be strings (the only kind we pass)."""
-    out = {}
-    for i in range(attrs.size):
-        span = attrs.names[i].contents
-        name = ctypes.string_at(span.ptr, span.len).decode()
-        if attrs.types[i] != ATTR_STRING:
-            raise TypeError(f"attribute {name}: FFI attribute type {attrs.types[i]}, not a string")
-        value = ctypes.cast(attrs.attrs[i], ctypes.POINTER(ByteSpan)).contents
-        out[name] = ctypes.string_at(value.ptr, value.len).decode()
-    return out
