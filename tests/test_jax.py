@@ -301,6 +301,18 @@ def test_metadata_declares_the_api_version_and_traits(monkeypatch, command_buffe
     assert handler.executions() == handler.executions()  # the query is not an execution
 
 
+def test_register_once_keeps_the_first_setting(jax, monkeypatch):
+    monkeypatch.setattr(handler, "_registered", None)
+    monkeypatch.setattr(handler, "_command_buffer", False)
+    calls = []
+    monkeypatch.setattr(jax.ffi, "register_ffi_target", lambda *a, **k: calls.append(k))
+    handler.register(command_buffer=True)
+    handler.register()  # what moe_gemm calls: keeps the experiment's setting
+    assert handler._command_buffer and [c["platform"] for c in calls] == ["CUDA", "cpu"]
+    with pytest.raises(RuntimeError, match="already registered with command_buffer=True"):
+        handler.register(command_buffer=False)
+
+
 # ---------------------------------------------------------------------------------------
 # with jax: whole programs on JAX's CPU backend (the float64 reference target)
 

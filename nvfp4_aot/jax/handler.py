@@ -50,13 +50,15 @@ _captured = 0  # of those, made while XLA captured a command buffer (trait exper
 _api_seen: dict[str, int] = {}  # XLA's FFI API version and table size, from the first call
 
 
-def register(command_buffer: bool = False) -> None:
+def register(command_buffer: bool | None = None) -> None:
     """Register the FFI target with JAX, for CUDA and (the reference) CPU; once per
-    process: later calls do nothing (a different ``command_buffer`` raises)."""
+    process: later calls do nothing. ``command_buffer`` (default False) declares XLA's
+    command-buffer trait (an experiment: the module docstring); asking for the other
+    setting after registration raises."""
     global _registered, _command_buffer
     with _lock:
         if _registered is not None:
-            if command_buffer != _command_buffer:
+            if command_buffer is not None and command_buffer != _command_buffer:
                 raise RuntimeError(
                     f"{TARGET} is already registered with command_buffer={_command_buffer}; "
                     "registration is once per process"
@@ -64,7 +66,7 @@ def register(command_buffer: bool = False) -> None:
             return
         import jax
 
-        _command_buffer = command_buffer  # before registering: XLA may ask for the traits
+        _command_buffer = bool(command_buffer)  # before registering: XLA may ask for them
         handlers = {
             "CUDA": xla_ffi.Handler(_execute_cuda),
             "cpu": xla_ffi.Handler(_execute_cpu),
