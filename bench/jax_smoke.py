@@ -36,7 +36,7 @@ MODES = {
     "no-cmdbuf": {"XLA_FLAGS": "--xla_gpu_enable_command_buffer="},
     "cmdbuf-trait": {"NVFP4_AOT_SMOKE_TRAIT": "1"},
 }
-CHILD_TIMEOUT = 36
+CHILD_TIMEOUT = 36  # three children fit the lead's timeout 120
 
 
 def stage(message: str) -> None:
@@ -198,8 +198,25 @@ def child(mode: str) -> int:
     return 1 if failures else 0
 
 
+KEY_LINES = (
+    "jax ",
+    "XLA FFI API",
+    "us per call",
+    "FAILED",
+    "WRONG",
+    "Error",
+    "raised",
+    "captured",
+    "PASS",
+    "FAILURES",
+    "poison: False",
+    "Fatal",
+    "Timeout",
+)
+
+
 def parent() -> int:
-    codes = {}
+    codes, digests = {}, {}
     for mode, extra in MODES.items():
         print(f"\n===== {mode} {extra} =====", flush=True)
         env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", **extra)
@@ -216,6 +233,11 @@ def parent() -> int:
             codes[mode] = "TIMEOUT"
         print(output.rstrip(), flush=True)
         print(f"===== {mode}: exit {codes[mode]}", flush=True)
+        digests[mode] = [line for line in output.splitlines() if any(k in line for k in KEY_LINES)]
+    print("\n===== digest (the lines that matter, per mode)", flush=True)
+    for mode, lines in digests.items():
+        print(f"--- {mode}: exit {codes[mode]}")
+        print("\n".join(lines[:40]), flush=True)
     print("\nsummary:", codes, flush=True)
     return 0 if all(code == 0 for code in codes.values()) else 1
 
