@@ -20,7 +20,10 @@ change (C is a new buffer every call), so captured runs would use the slots up a
 replay of an evicted trace would read another call's addresses. ``register(
 command_buffer=True)`` declares the trait anyway, for measurement only
 (bench/jax_smoke.py): plans then have :data:`EXPERIMENT_CAPTURE_SLOTS` slots and a
-capture past them fails with the launcher's error.
+capture past them fails with the launcher's error. What would make the call capturable
+for good: captured runs that carry their operand words inside the graph (memset nodes,
+say) instead of reading a capture slot's pinned staging, so that every trace XLA keeps
+is self-contained (a launcher change).
 
 The CPU platform gets a float64 reference (numpy) under the same target, so programs
 using the op run, slowly, on JAX's CPU backend: tests and pipelines without a GPU.
