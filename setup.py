@@ -47,6 +47,7 @@ setup(
         # Pinned: the committed artifacts were baked by exactly this version.
         "build": ["nvidia-cutlass-dsl==4.8.1"],
         "test": ["pytest>=8", "ruff==0.17.6"],  # ruff pinned: CI checks the formatting
+        "jax": ["jax>=0.5"],  # nvfp4_aot.jax (plus JAX's CUDA plugin on a GPU machine)
     },
     entry_points={"console_scripts": ["nvfp4-aot=nvfp4_aot.cli:main"]},
     cmdclass={"build_py": BuildWithArtifacts},

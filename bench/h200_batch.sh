@@ -8,7 +8,7 @@
 # (default: all). The wheel (python -m pip wheel --no-deps -w .carry/wheel .) is carried.
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
-STEPS=${STEPS:-env tests families choice cli reliability host bench sanitizer moe moebench epilogue}
+STEPS=${STEPS:-env tests families choice cli reliability host bench sanitizer moe moebench epilogue jax}
 FAMILIES="sm90_nvfp4_grouped_gemm sm90_nvfp4_grouped_gemm_a16"
 KERNELS=$(printf -- "--kernel %s " $FAMILIES)
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NVFP4_AOT_SHAPES=$PWD/tests/data/shapes.json
@@ -23,7 +23,8 @@ if want env; then
 fi
 if want tests; then
   step "GPU tests (pytest -m gpu; NVFP4_AOT_REQUIRE_GPU=1: no GPU, driver, kernel or file fails)"
-  NVFP4_AOT_REQUIRE_GPU=1 timeout 540 python3 -m pytest -q -m gpu tests/ -p no:cacheprovider 2>&1 | tail -15
+  NVFP4_AOT_REQUIRE_GPU=1 timeout 540 python3 -m pytest -q -m gpu tests/ -p no:cacheprovider \
+    --ignore=tests/test_jax_gpu.py 2>&1 | tail -15  # JAX: its own step (jax)
   echo "pytest exit code: ${PIPESTATUS[0]}"
 fi
 if want families; then
@@ -122,5 +123,19 @@ if want epilogue; then
     echo "MoE $tool $family bf16+alpha exit code: ${PIPESTATUS[0]}"
   done; done
   timeout 400 python3 bench/bench_epilogue.py --json "$OUT/bench_epilogue.json" 2>&1 | tail -40
+fi
+if want jax; then
+  step "JAX: FFI handler inside jax.jit (smoke with command buffers on/off/trait, GPU tests, example, benchmark on and off)"
+  export XLA_PYTHON_CLIENT_PREALLOCATE=false
+  python3 -c 'import jax, jaxlib; print("jax", jax.__version__, "jaxlib", jaxlib.__version__, jax.devices())'
+  timeout 150 python3 bench/jax_smoke.py 2>&1 | tail -80
+  echo "jax_smoke exit code: ${PIPESTATUS[0]}"
+  NVFP4_AOT_REQUIRE_GPU=1 timeout 400 python3 -m pytest -q tests/test_jax_gpu.py tests/test_jax.py -p no:cacheprovider 2>&1 | tail -12
+  echo "pytest jax exit code: ${PIPESTATUS[0]}"
+  timeout 300 python3 bench/bench_jax.py --json "$OUT/bench_jax.json" 2>&1 | tail -20
+  echo "bench_jax (command buffers on) exit code: ${PIPESTATUS[0]}"
+  XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 300 python3 bench/bench_jax.py \
+    --json "$OUT/bench_jax_no_cmdbuf.json" 2>&1 | tail -20
+  echo "bench_jax (command buffers off) exit code: ${PIPESTATUS[0]}"
 fi
 step done

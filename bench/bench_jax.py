@@ -1,0 +1,173 @@
+"""JAX integration benchmark: the FFI call's cost inside jax.jit, and a whole MoE layer,
+each against ``jax.lax.ragged_dot`` on BF16 weights (issue #18).
+
+1. Per-call cost. One jitted function makes N grouped GEMMs of a small MoE problem
+   (each with its own weights, so XLA merges nothing), N = 1 and 16; per GEMM =
+   (t16 - t1) / 15, i.e. what one more call adds to a compiled program: for ours the
+   handler's host work (call frame, plan lookup, table, launches) or the GEMM's GPU
+   time, whichever is longer; the same for ``ragged_dot`` with the same shapes.
+2. Layer time: examples/jax_moe.py's jitted NVFP4 layer against the same layer with
+   ``ragged_dot`` on the weights dequantized to BF16, at a few shapes; first-call time
+   (compile + plan creation) printed too.
+
+Times are wall time per jit call over ``--repeats`` calls dispatched asynchronously with
+one block at the end. XLA_FLAGS is recorded: run it with default flags (command buffers
+on) and with ``XLA_FLAGS=--xla_gpu_enable_command_buffer=`` to see what splitting XLA's
+command buffers around our call costs. ``--json`` writes the rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+LAYERS = [  # (tokens, experts, hidden, ffn, top_k)
+    (128, 16, 1024, 512, 2),
+    (2048, 16, 1024, 512, 2),
+    (1024, 8, 2048, 1024, 2),
+    (256, 64, 1024, 256, 6),
+]
+CALL_SHAPE = (8, 128, 256, 256)  # experts, n, k, tokens: small, so host cost shows
+
+
+def timed(jax, fn, args, repeats: int) -> tuple[float, float]:
+    """(first call incl. compile, steady per-call) in ms."""
+    start = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    first = time.perf_counter() - start
+    jax.block_until_ready(fn(*args))
+    start = time.perf_counter()
+    for _ in range(repeats):
+        out = fn(*args)
+    jax.block_until_ready(out)
+    return first * 1e3, (time.perf_counter() - start) / repeats * 1e3
+
+
+def per_call(jax, repeats: int) -> list[dict]:
+    import jax.numpy as jnp
+
+    import nvfp4_aot.jax as nj
+    from nvfp4_aot.moe_data import MoeProblem
+
+    experts, n, k, tokens = CALL_SHAPE
+    rng = np.random.default_rng(0)
+    problem = MoeProblem(experts, n, k, "contiguous", tokens, rng)
+    routing = problem.routing(np.full(experts, tokens // experts))
+    a = jax.device_put(problem.a)
+    sfa, offsets = jax.device_put(routing.sfa), jax.device_put(routing.routing)
+    sizes = jax.device_put(np.diff(routing.routing).astype(np.int32))
+    x = jax.device_put(rng.standard_normal((tokens, k)).astype(np.float32)).astype(jnp.bfloat16)
+    rows = []
+    for count in (1, 16):
+        bs = [
+            jax.device_put(problem.b.reshape(experts, n, k // 2) ^ np.uint8(i))
+            for i in range(count)
+        ]
+        sfbs = [jax.device_put(problem.sfb) for _ in range(count)]
+        ws = [
+            jax.device_put(rng.standard_normal((experts, k, n)).astype(np.float32)).astype(
+                jnp.bfloat16
+            )
+            for _ in range(count)
+        ]
+
+        @jax.jit
+        def ours(a, sfa, offsets, bs, sfbs):
+            return [nj.moe_gemm(a, b, sfa, sfb, offsets) for b, sfb in zip(bs, sfbs)]
+
+        @jax.jit
+        def ragged(x, sizes, ws):
+            return [jax.lax.ragged_dot(x, w, sizes) for w in ws]
+
+        for name, fn, args in (
+            ("nvfp4_aot moe_gemm (FFI)", ours, (a, sfa, offsets, bs, sfbs)),
+            ("jax.lax.ragged_dot bf16", ragged, (x, sizes, ws)),
+        ):
+            first, steady = timed(jax, fn, args, repeats)
+            rows.append({"part": "per_call", "impl": name, "gemms": count, "first_ms": first,
+                         "ms_per_jit_call": steady})  # fmt: skip
+    for name in {row["impl"] for row in rows}:
+        one, many = (r["ms_per_jit_call"] for r in rows if r["impl"] == name)
+        rows.append(
+            {"part": "per_call", "impl": name, "us_per_extra_gemm": (many - one) / 15 * 1e3}
+        )
+    return rows
+
+
+def layers(jax, repeats: int) -> list[dict]:
+    sys.path.insert(0, str(REPO / "examples"))
+    import jax_moe
+
+    rows = []
+    for tokens, experts, hidden, ffn, top_k in LAYERS:
+        rng = np.random.default_rng(tokens + experts)
+        weights = jax_moe.Weights(jax, rng, experts, hidden, ffn)
+        ours = jax_moe.make_forward(jax, weights, top_k)
+        theirs = jax_moe.make_bf16_forward(jax, weights, top_k)
+        x = jax.device_put(rng.standard_normal((tokens, hidden)).astype(np.float32))
+        bias = jax.device_put(np.zeros(experts, np.float32))
+        y, trace = ours(x, bias)
+        ok = jax_moe.check(
+            weights, y, trace, f"T={tokens} E={experts} h={hidden} f={ffn} k={top_k}"
+        )
+        shape = {"tokens": tokens, "experts": experts, "hidden": hidden, "ffn": ffn, "top_k": top_k}
+        for name, fn in (("nvfp4_aot layer", ours), ("ragged_dot bf16 layer", theirs)):
+            first, steady = timed(jax, fn, (x, bias), repeats)
+            rows.append({"part": "layer", "impl": name, **shape, "first_ms": first,
+                         "ms_per_call": steady, "checked_ok": ok if "nvfp4" in name else None})  # fmt: skip
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=100)
+    parser.add_argument("--json", type=Path, help="write the rows here")
+    parser.add_argument("--skip-layers", action="store_true")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(REPO))
+    import jax
+
+    flags = os.environ.get("XLA_FLAGS", "")
+    print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}, XLA_FLAGS={flags!r}", flush=True)
+    rows = per_call(jax, args.repeats)
+    for row in rows:
+        print(
+            "  "
+            + ", ".join(
+                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
+            ),
+            flush=True,
+        )
+    if not args.skip_layers:
+        layer_rows = layers(jax, args.repeats)
+        for row in layer_rows:
+            print(
+                "  "
+                + ", ".join(
+                    f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
+                ),
+                flush=True,
+            )
+        rows += layer_rows
+    from nvfp4_aot.jax import handler
+
+    summary = {"jax": jax.__version__, "device": jax.devices()[0].device_kind,
+               "xla_flags": flags, "handler_executions": handler.executions(),
+               "plans": [repr(p) for p in handler.plans()], "rows": rows}  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=1))
+    bad = [r for r in rows if r.get("checked_ok") is False]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,283 @@
+"""The XLA FFI handler of the MoE GEMM: a Python function XLA calls through ctypes.
+
+XLA calls :func:`_execute_cuda` with a call frame (:mod:`.xla_ffi`) each time a compiled
+program reaches the custom call, on the thread that runs the program, with the buffers
+XLA assigned (C is one of XLA's result buffers) and the stream XLA runs on. The handler
+takes the plan of the call's shape and device from a cache (made on the first call,
+which allocates and synchronises once; later calls allocate nothing and never wait,
+unless :data:`RING_SLOTS` runs of the plan with distinct buffers are still queued on the
+GPU, when the call waits for the oldest: backpressure on a host far ahead of the GPU)
+and runs it on XLA's stream with the buffers' addresses: the routing stays on the GPU.
+Any exception becomes an ``XLA_FFI_Error`` carrying its message, which JAX raises; a
+kernel fault after the launch surfaces as XLA's error at the next synchronisation.
+
+CUDA graphs. XLA records command buffers (CUDA graphs) of runs of compatible
+operations by default. The handler is registered *without* the command-buffer trait,
+so XLA runs it as its own step between command buffers, never during a capture: a
+plan's run inside a capture keeps its operand addresses in one of a few capture slots
+(:mod:`nvfp4_aot.launcher`), and XLA re-records its traces whenever buffer addresses
+change (C is a new buffer every call), so captured runs would use the slots up and a
+replay of an evicted trace would read another call's addresses. ``register(
+command_buffer=True)`` declares the trait anyway, for measurement only
+(bench/jax_smoke.py): plans then have :data:`EXPERIMENT_CAPTURE_SLOTS` slots and a
+capture past them fails with the launcher's error. What would make the call capturable
+for good: captured runs that carry their operand words inside the graph (memset nodes,
+say) instead of reading a capture slot's pinned staging, so that every trace XLA keeps
+is self-contained (a launcher change).
+
+The CPU platform gets a float64 reference (numpy) under the same target, so programs
+using the op run, slowly, on JAX's CPU backend: tests and pipelines without a GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+from ..errors import CudaError, InvalidProblemError, Nvfp4Error
+from . import xla_ffi
+
+TARGET = "nvfp4_aot_moe_gemm"
+MAX_PLANS = 256  # plans kept (one per shape and device); past it the oldest is closed
+EXPERIMENT_CAPTURE_SLOTS = 64
+# Operand sets in flight per plan before a call waits for the oldest run to finish: C is
+# a new XLA buffer every call (a new table), and JAX may dispatch many calls ahead.
+RING_SLOTS = 16
+
+_lock = threading.Lock()
+_registered: dict[str, object] | None = None  # platform -> the ctypes handler (kept alive)
+_command_buffer = False
+_plans: dict[tuple, object] = {}  # (device, E, n, k, layout, capacity, out dtype) -> plan
+_calls = 0  # executions handled, for tests and diagnostics
+_captured = 0  # of those, made while XLA captured a command buffer (trait experiment)
+_api_seen: dict[str, int] = {}  # XLA's FFI API version and table size, from the first call
+
+
+def register(command_buffer: bool | None = None) -> None:
+    """Register the FFI target with JAX, for CUDA and (the reference) CPU; once per
+    process: later calls do nothing. ``command_buffer`` (default False) declares XLA's
+    command-buffer trait (an experiment: the module docstring); asking for the other
+    setting after registration raises."""
+    global _registered, _command_buffer
+    with _lock:
+        if _registered is not None:
+            if command_buffer is not None and command_buffer != _command_buffer:
+                raise RuntimeError(
+                    f"{TARGET} is already registered with command_buffer={_command_buffer}; "
+                    "registration is once per process"
+                )
+            return
+        import jax
+
+        _command_buffer = bool(command_buffer)  # before registering: XLA may ask for them
+        handlers = {
+            "CUDA": xla_ffi.Handler(_execute_cuda),
+            "cpu": xla_ffi.Handler(_execute_cpu),
+        }
+        for platform, handler in handlers.items():
+            address = ctypes.cast(handler, ctypes.c_void_p).value
+            jax.ffi.register_ffi_target(
+                TARGET, jax.ffi.pycapsule(address), platform=platform, api_version=1
+            )
+        _registered = handlers
+
+
+def registered() -> bool:
+    return _registered is not None
+
+
+def executions() -> int:
+    """How many times XLA has called the handler so far (both platforms)."""
+    return _calls
+
+
+def api_info() -> dict[str, int]:
+    """XLA's FFI API version and API table size as the first execution saw them."""
+    return dict(_api_seen)
+
+
+def captured_calls() -> int:
+    """How many executions XLA made during a command-buffer capture (counted only
+    when registered with ``command_buffer=True``)."""
+    return _captured
+
+
+def plans() -> list:
+    """The plans the handler holds (for inspection)."""
+    return list(_plans.values())
+
+
+def release_plans() -> None:
+    """Close every plan (waiting for their queued runs); the next call makes new ones."""
+    with _lock:
+        held = list(_plans.values())
+        _plans.clear()
+    for plan in held:
+        plan.close()
+
+
+# ---------------------------------------------------------------------------------------
+# the handlers
+
+
+def _execute_cuda(address: int) -> int | None:
+    frame = None
+    try:
+        frame = xla_ffi.read_frame(address)
+        traits = xla_ffi.TRAIT_COMMAND_BUFFER_COMPATIBLE if _command_buffer else 0
+        if xla_ffi.answer_metadata(frame, address, traits):
+            return None
+        _count(frame)
+        layout, ops, alpha, c, _with_out = _decode(frame)
+        stream = xla_ffi.stream(frame)
+        if _command_buffer:
+            _count_capture(stream)
+        device = xla_ffi.device_ordinal(frame)
+        if device is None:  # an XLA without DeviceOrdinal_Get: the device owning b
+            from .. import driver
+
+            device = driver.pointer_device(ops[1].data)
+        key = _plan_key(device, layout, ops, c)
+        plan = _plans.get(key)
+        if plan is None:
+            plan = _new_plan(key, stream)
+        a, b, sfa, sfb, routing = (buffer.data for buffer in ops)
+        if alpha is not None:  # only when the plan takes it (checked at trace time)
+            plan.run(a, b, c.data, sfa, sfb, routing, stream=stream, alpha=alpha.data)
+        else:
+            plan.run(a, b, c.data, sfa, sfb, routing, stream=stream)
+    except BaseException as exc:  # noqa: BLE001 - nothing may unwind into XLA's C++
+        return _error(frame, address, exc)
+    return None
+
+
+def _execute_cpu(address: int) -> int | None:
+    frame = None
+    try:
+        frame = xla_ffi.read_frame(address)
+        if xla_ffi.answer_metadata(frame, address, 0):
+            return None
+        _count(frame)
+        layout, ops, alpha, c, with_out = _decode(frame)
+        from .cpu_reference import moe_reference
+
+        moe_reference(layout, ops, alpha, c, fill_nan=not with_out)
+    except BaseException as exc:  # noqa: BLE001
+        return _error(frame, address, exc)
+    return None
+
+
+def _count(frame) -> None:
+    global _calls
+    _calls += 1
+    if not _api_seen:
+        api = xla_ffi.api_table(frame.api)
+        _api_seen.update(
+            major=api.api_version.major_version,
+            minor=api.api_version.minor_version,
+            table_bytes=api.struct_size,
+        )
+
+
+def _count_capture(stream: int) -> None:
+    global _captured
+    from .. import driver
+
+    _captured += driver.stream_is_capturing(stream)
+
+
+def _decode(frame):
+    """(layout, the five operand buffers, alpha or None, the result buffer C, whether C
+    came in as ``out``) of an execution: a, b, sfa, sfb, routing, then alpha (float32,
+    rank 1) and/or C's initial contents (``out``, which XLA aliases to the result, so C
+    is always the result buffer). The call carries no attributes: the layout is A's
+    rank (2 contiguous, 3 masked); reading attributes would cost every call."""
+    if frame.stage != xla_ffi.STAGE_EXECUTE:
+        raise RuntimeError(f"called for execution stage {frame.stage}; only execute is handled")
+    ops, rets = frame.args, frame.rets
+    extra = ops[5:]
+    alpha = next((x for x in extra if x.dtype == xla_ffi.F32 and x.rank == 1), None)
+    with_out = len(extra) - (alpha is not None)
+    layout = _LAYOUT_OF_RANK.get(ops[0].rank) if ops else None
+    if len(ops) < 5 or with_out > 1 or len(rets) != 1 or layout is None:
+        raise RuntimeError(
+            f"expected a (rank 2 or 3), b, sfa, sfb, routing[, alpha][, out] and one result, "
+            f"got {len(ops)} arguments and {len(rets)} results: call it through "
+            "nvfp4_aot.jax.moe_gemm"
+        )
+    return layout, ops[:5], alpha, rets[0], bool(with_out)
+
+
+_LAYOUT_OF_RANK = {2: "contiguous", 3: "masked"}
+
+
+def _plan_key(device: int, layout: str, ops, c) -> tuple:
+    experts, n, half_k = xla_ffi.shape(ops[1])
+    a_dims = xla_ffi.shape(ops[0])
+    capacity = a_dims[0] if layout == "contiguous" else a_dims[1]
+    return (device, experts, n, 2 * half_k, layout, capacity, xla_ffi.dtype_name(c))
+
+
+def _new_plan(key: tuple, stream: int):
+    from .. import driver
+
+    device, experts, n, k, layout, capacity, _out_dtype = key
+    if driver.stream_is_capturing(stream):
+        raise RuntimeError(
+            f"no plan yet for {experts} experts, n={n}, k={k}, {layout}, capacity {capacity} "
+            f"on device {device}, and XLA is capturing a command buffer (a plan cannot be "
+            "made during capture): run the jitted function once with "
+            "XLA_FLAGS=--xla_gpu_enable_command_buffer= or call nvfp4_aot.jax.prepare first"
+        )
+    return prepare_plan(key)
+
+
+def prepare_plan(key: tuple):
+    """The cached plan of ``key`` (device, E, n, k, layout, capacity, out dtype name),
+    made now if new."""
+    from ..moe import MoeGemmPlan
+
+    plan = _plans.get(key)
+    if plan is not None:
+        return plan
+    device, experts, n, k, layout, capacity, out_dtype = key
+    options = {
+        "capture_slots": EXPERIMENT_CAPTURE_SLOTS if _command_buffer else 1,
+        "ring_slots": RING_SLOTS,
+    }
+    if out_dtype != "float16":
+        options["out_dtype"] = out_dtype
+    with _lock:
+        plan = _plans.get(key)
+        if plan is None:
+            plan = MoeGemmPlan(
+                experts, n, k, layout=layout, capacity=capacity, device=device, **options
+            )
+            _plans[key] = plan
+            evicted = [_plans.pop(next(iter(_plans)))] if len(_plans) > MAX_PLANS else []
+        else:
+            evicted = []
+    for old in evicted:
+        old.close()
+    return plan
+
+
+def _error(frame, address: int, exc: BaseException) -> int | None:
+    if isinstance(exc, InvalidProblemError):
+        code = xla_ffi.ERROR_INVALID_ARGUMENT
+    elif isinstance(exc, CudaError):
+        code = xla_ffi.ERROR_INTERNAL
+    elif isinstance(exc, Nvfp4Error):
+        code = xla_ffi.ERROR_FAILED_PRECONDITION
+    else:
+        code = xla_ffi.ERROR_UNKNOWN
+    message = f"{TARGET}: {type(exc).__name__}: {exc}"
+    cause = exc.__cause__
+    if cause is not None:
+        message += f" (from {type(cause).__name__}: {cause})"
+    try:
+        if frame is None:  # the frame itself could not be read: its API table, directly
+            frame = xla_ffi.Frame(xla_ffi.frame_api(address), 0, 0, 0, [], [], {})
+        return xla_ffi.create_error(frame, code, message)
+    except BaseException:  # noqa: BLE001 - a broken API table: nothing better to return
+        return None

@@ -1,0 +1,492 @@
+"""nvfp4_aot.jax without a GPU: imports without jax, the FFI structs, the trace-time
+checks, the CUDA handler against the fake driver (a hand-built XLA call frame), and,
+where jax is installed, whole jitted programs on JAX's CPU backend (the float64
+reference target), the jnp quantizer stand-in and routing helpers.
+
+Tests that need jax skip cleanly where it is not installed (the CI venv).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+import subprocess
+import sys
+import textwrap
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from fake_driver import FakeDriver, installed
+from nvfp4_aot import loader
+from nvfp4_aot.blocked import blocked_scale_bytes
+from nvfp4_aot.errors import InvalidProblemError
+from nvfp4_aot.jax import checks, handler, xla_ffi
+from nvfp4_aot.moe_data import MoeProblem, random_counts
+from nvfp4_aot.moe_layout import contiguous_scale_rows
+from support import REPO, kernel_params_of
+
+
+@pytest.fixture
+def jax():
+    """jax, with JAX's CPU backend as the default device for the test (the machine may
+    have a GPU: these tests are about the CPU target)."""
+    jax = pytest.importorskip("jax", reason="jax is not installed")
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield jax
+
+
+# ---------------------------------------------------------------------------------------
+# no jax needed
+
+
+def test_package_imports_without_jax():
+    """With jax unimportable: the package, its checks and FFI structs import; using a
+    function that needs jax says so."""
+    script = textwrap.dedent(
+        """
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("jax", "jaxlib", "torch"):
+                    raise ImportError(f"{name} is blocked in this test")
+        sys.meta_path.insert(0, Block())
+        import nvfp4_aot.jax as nj
+        from nvfp4_aot.jax import checks, handler, xla_ffi
+        assert not [m for m in sys.modules if m.split(".")[0] in ("jax", "jaxlib")]
+        try:
+            nj.moe_gemm
+        except ImportError as exc:
+            assert "jax" in str(exc), exc
+        else:
+            raise AssertionError("moe_gemm without jax")
+        print("ok")
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_struct_layouts_match_c_api_h():
+    """Offsets of xla/ffi/api/c_api.h on a 64-bit ABI (the fields we read or write)."""
+    assert ctypes.sizeof(xla_ffi.Buffer) == 48
+    assert xla_ffi.Buffer.data.offset == 24 and xla_ffi.Buffer.dims.offset == 40
+    assert ctypes.sizeof(xla_ffi.Args) == 40 and ctypes.sizeof(xla_ffi.Attrs) == 48
+    frame = xla_ffi.CallFrame
+    assert (frame.api.offset, frame.ctx.offset, frame.stage.offset) == (16, 24, 32)
+    assert (frame.args.offset, frame.rets.offset, frame.attrs.offset) == (40, 80, 120)
+    assert frame.future.offset == 168
+    api = xla_ffi.Api
+    assert api.XLA_FFI_Error_Create.offset == 48 and api.XLA_FFI_Stream_Get.offset == 80
+    assert api.XLA_FFI_DeviceOrdinal_Get.offset == 48 + 17 * 8
+    metadata = xla_ffi.Metadata
+    assert (metadata.api_version.offset, metadata.traits.offset) == (8, 32)
+    assert metadata.state_type_id.offset == 40
+
+
+def test_api_has_reads_the_table_size():
+    table = xla_ffi.Api()
+    table.struct_size = xla_ffi.Api.XLA_FFI_DeviceOrdinal_Get.offset
+    assert xla_ffi.api_has(table, "XLA_FFI_Stream_Get")
+    assert not xla_ffi.api_has(table, "XLA_FFI_DeviceOrdinal_Get")
+    table.struct_size = ctypes.sizeof(xla_ffi.Api)
+    assert xla_ffi.api_has(table, "XLA_FFI_DeviceOrdinal_Get")
+
+
+def _array(shape, dtype):
+    return SimpleNamespace(shape=shape, dtype=np.dtype(dtype))
+
+
+def _call(experts=8, n=256, k=512, layout="contiguous", capacity=100, **changes):
+    masked = layout == "masked"
+    sfa_bytes = (
+        experts * blocked_scale_bytes(capacity, k)
+        if masked
+        else contiguous_scale_rows(capacity, experts) * (k // 16)
+    )
+    ops = {
+        "a": _array((experts, capacity, k // 2) if masked else (capacity, k // 2), "uint8"),
+        "b": _array((experts, n, k // 2), "uint8"),
+        "sfa": _array((sfa_bytes,), "uint8"),
+        "sfb": _array((experts * blocked_scale_bytes(n, k),), "uint8"),
+        "routing": _array((experts,) if masked else (experts + 1,), "int32"),
+    }
+    for name, value in changes.items():
+        ops[name] = _array(*value) if isinstance(value, tuple) else value
+    return checks.check_moe_call(**ops, layout=layout)
+
+
+def test_check_gives_the_result_shape():
+    assert _call().c_shape == (100, 256)
+    masked = _call(layout="masked", capacity=16)
+    assert masked.c_shape == (8, 16, 256) and masked.out_dtype == "float16"
+    assert _call(a=((0, 256), "uint8"), sfa=((0,), "uint8")).capacity == 0
+
+
+@pytest.mark.parametrize(
+    "layout, change, message",
+    [("contiguous", {"a": ((100, 128), "uint8")}, r"^a must be \(tokens, k/2=256\) for the contiguous layout, got shape \(100, 128\)"),
+     ("masked", {"a": ((8, 16), "uint8")}, r"^a must be \(experts=8, max_m, k/2=256\) for the masked layout"),
+     ("contiguous", {"b": ((8, 256), "uint8")}, r"^b must be \(experts, n, k/2\), got shape \(8, 256\)"),
+     ("contiguous", {"a": ((100, 256), "float16")}, r"^a must have dtype uint8, int8, got float16"),
+     ("contiguous", {"sfa": ((99999,), "float32")}, r"^sfa must have dtype uint8, float8_e4m3fn, got float32"),
+     ("contiguous", {"routing": ((9,), "int64")}, r"^routing must have dtype int32, got int64"),
+     ("contiguous", {"routing": ((8,), "int32")}, r"^routing must be int32 offsets\[E \+ 1\] of shape \(9,\), got \(8,\)"),
+     ("masked", {"routing": ((9,), "int32")}, r"^routing must be int32 masked_m\[E\] of shape \(8,\), got \(9,\)"),
+     ("contiguous", {"sfb": ((100,), "uint8")}, r"^sfb must hold at least 65536 bytes of blocked scales, got 100"),
+     ("contiguous", {"sfa": ((4, 4), "uint8")}, r"^sfa must be 1-D blocked scales"),
+     ("contiguous", {"b": ((8, 200, 256), "uint8")}, r"n must be a multiple of 32"),
+     ("contiguous", {"a": ((100, 48), "uint8"), "b": ((8, 256, 48), "uint8")}, r"k must be a multiple of 64 for MoE layouts"),
+     ("sideways", {}, r"^layout must be one of \('contiguous', 'masked'\), got 'sideways'")],
+)  # fmt: skip
+def test_check_errors_name_the_operand(layout, change, message):
+    with pytest.raises(InvalidProblemError, match=message):
+        _call(layout=layout, **change)
+
+
+def test_alpha_and_out_dtype_follow_the_plan():
+    """alpha / bfloat16 are refused with a clear message until MoeGemmPlan takes them."""
+    features = checks.plan_features()
+    if "alpha" not in features:
+        with pytest.raises(InvalidProblemError, match="alpha is not supported by this MoeGemmPlan"):
+            checks.check_moe_call(
+                *(_array(*s) for s in (((100, 256), "u1"), ((8, 256, 256), "u1"),
+                                      ((1 << 20,), "u1"), ((65536,), "u1"), ((9,), "i4"))),
+                layout="contiguous", alpha=_array((8,), "float32"),
+            )  # fmt: skip
+    if "out_dtype" not in features:
+        with pytest.raises(
+            InvalidProblemError, match="out_dtype must be one of float16, got bfloat16"
+        ):
+            checks.check_moe_call(
+                *(_array(*s) for s in (((100, 256), "u1"), ((8, 256, 256), "u1"),
+                                      ((1 << 20,), "u1"), ((65536,), "u1"), ((9,), "i4"))),
+                layout="contiguous", out_dtype="bfloat16",
+            )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------
+# the CUDA handler, called with a hand-built call frame, against the fake driver
+
+
+class FakeFrame:
+    """An XLA_FFI_CallFrame with its buffers, attributes and an API table whose entries
+    are Python functions (stream 9, device 0, errors recorded)."""
+
+    STREAM = 9
+    ERROR = 0xE4404  # what the fake XLA_FFI_Error_Create returns
+
+    def __init__(self, args, rets, metadata: bool = False):
+        self.keep, self.errors = [], []
+        self.frame = xla_ffi.CallFrame(struct_size=ctypes.sizeof(xla_ffi.CallFrame))
+        self.frame.api = ctypes.pointer(self._api())
+        self.frame.stage = xla_ffi.STAGE_EXECUTE
+        self._table(self.frame.args, [self._buffer(*a) for a in args])
+        self._table(self.frame.rets, [self._buffer(*r) for r in rets])
+        if metadata:
+            self.metadata = xla_ffi.Metadata(struct_size=ctypes.sizeof(xla_ffi.Metadata))
+            ext = xla_ffi.MetadataExtension(metadata=ctypes.pointer(self.metadata))
+            ext.extension_base.type = xla_ffi.EXTENSION_METADATA
+            self.keep.append(ext)
+            self.frame.extension_start = ctypes.cast(
+                ctypes.pointer(ext), ctypes.POINTER(xla_ffi.ExtensionBase)
+            )
+
+    def _api(self):
+        def error_create(args):
+            self.errors.append((args.contents.errc, args.contents.message.decode()))
+            return self.ERROR
+
+        def stream_get(args):
+            args.contents.stream = self.STREAM
+            return None
+
+        def ordinal_get(args):
+            args.contents.device_ordinal = 0
+            return None
+
+        api = xla_ffi.Api(struct_size=ctypes.sizeof(xla_ffi.Api))
+        api.XLA_FFI_Error_Create = xla_ffi.ErrorCreate(error_create)
+        api.XLA_FFI_Stream_Get = xla_ffi.StreamGet(stream_get)
+        api.XLA_FFI_DeviceOrdinal_Get = xla_ffi.DeviceOrdinalGet(ordinal_get)
+        self.keep.append(api)
+        return api
+
+    def _buffer(self, data: int, shape: tuple, dtype: int):
+        dims = (ctypes.c_int64 * len(shape))(*shape)
+        buffer = xla_ffi.Buffer(ctypes.sizeof(xla_ffi.Buffer), None, dtype, data, len(shape), dims)
+        self.keep += [dims, buffer]
+        return buffer
+
+    def _table(self, table, buffers) -> None:
+        types = (ctypes.c_int * len(buffers))(*[1] * len(buffers))
+        pointers = (ctypes.c_void_p * len(buffers))(*[ctypes.addressof(b) for b in buffers])
+        self.keep += [types, pointers]
+        table.size, table.types, table.args = len(buffers), types, pointers
+
+    def call(self, function) -> int | None:
+        return function(ctypes.addressof(self.frame))
+
+
+BASE = 0x7000_0000_0000
+U8, S32, F16 = 6, 4, 10
+
+
+def _moe_frame(experts=8, n=256, k=512, capacity=100, extra=()) -> tuple[FakeFrame, list[int]]:
+    p = [BASE + (i + 1) * (1 << 34) for i in range(6)]  # routing, a, b, c, sfa, sfb
+    args = [
+        (p[1], (capacity, k // 2), U8), (p[2], (experts, n, k // 2), U8),
+        (p[4], (1 << 20,), U8), (p[5], (experts * blocked_scale_bytes(n, k),), U8),
+        (p[0], (experts + 1,), S32),
+    ]  # fmt: skip
+    return FakeFrame(args + list(extra), [(p[3], (capacity, n), F16)]), p
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """The fake driver, and a plan cache of the test's own (real plans made by GPU tests
+    in this process stay out of its reach)."""
+    monkeypatch.setattr(handler, "_plans", {})
+    manifest = loader.load_manifest()
+    with installed(FakeDriver(capability=(9, 0), kernel_params=kernel_params_of(manifest))) as f:
+        yield f
+        handler.release_plans()  # while the fake is installed: closing calls the driver
+
+
+def test_cuda_handler_runs_the_plan_on_xlas_stream(fake):
+    frame, (routing, a, b, c, sfa, sfb) = _moe_frame()
+    assert frame.call(handler._execute_cuda) is None, frame.errors
+    assert [launch.stream for launch in fake.launches] == [FakeFrame.STREAM] * 2
+    _dst, data, stream = fake.copies[-1]
+    assert stream == FakeFrame.STREAM
+    assert struct.unpack_from("<6Q", data) == (routing, a, b, c, sfa, sfb)
+    (plan,) = handler.plans()
+    assert (plan.experts, plan.n, plan.k, plan.capacity) == (8, 256, 512, 100)
+    allocations = fake.names().count("cuMemAlloc")
+    frame.call(handler._execute_cuda)  # the second call: same plan, nothing allocated
+    assert len(handler.plans()) == 1 and fake.names().count("cuMemAlloc") == allocations
+    assert len(fake.launches) == 4
+
+
+def test_cuda_handler_turns_exceptions_into_xla_errors(fake):
+    frame, _ = _moe_frame(capacity=64)
+    frame.frame.args.args[0] = frame.frame.rets.args[0]  # C as A: overlapping operands
+    assert frame.call(handler._execute_cuda) == FakeFrame.ERROR
+    ((code, message),) = frame.errors
+    assert code == xla_ffi.ERROR_INVALID_ARGUMENT
+    assert message.startswith(f"{handler.TARGET}: InvalidProblemError: ")
+    assert not fake.launches
+
+
+def test_cuda_handler_refuses_a_malformed_call(fake):
+    extra = [(BASE, (100, 256), F16), (BASE, (100, 256), F16)]  # two outs
+    frame, _ = _moe_frame(extra=extra)
+    assert frame.call(handler._execute_cuda) == FakeFrame.ERROR
+    assert "got 7 arguments and 1 results" in frame.errors[0][1]
+
+
+@pytest.mark.parametrize("command_buffer", [False, True])
+def test_metadata_declares_the_api_version_and_traits(monkeypatch, command_buffer):
+    monkeypatch.setattr(handler, "_command_buffer", command_buffer)
+    frame = FakeFrame([], [], metadata=True)
+    assert frame.call(handler._execute_cuda) is None and not frame.errors
+    version = frame.metadata.api_version
+    assert (version.major_version, version.minor_version) == (xla_ffi.API_MAJOR, xla_ffi.API_MINOR)
+    assert frame.metadata.traits == (1 if command_buffer else 0)
+    assert handler.executions() == handler.executions()  # the query is not an execution
+
+
+def test_register_once_keeps_the_first_setting(jax, monkeypatch):
+    monkeypatch.setattr(handler, "_registered", None)
+    monkeypatch.setattr(handler, "_command_buffer", False)
+    calls = []
+    monkeypatch.setattr(jax.ffi, "register_ffi_target", lambda *a, **k: calls.append(k))
+    handler.register(command_buffer=True)
+    handler.register()  # what moe_gemm calls: keeps the experiment's setting
+    assert handler._command_buffer and [c["platform"] for c in calls] == ["CUDA", "cpu"]
+    with pytest.raises(RuntimeError, match="already registered with command_buffer=True"):
+        handler.register(command_buffer=False)
+
+
+# ---------------------------------------------------------------------------------------
+# with jax: whole programs on JAX's CPU backend (the float64 reference target)
+
+
+def _problem(layout, experts=4, n=64, k=128, capacity=300, seed=0):
+    rng = np.random.default_rng(seed)
+    p = MoeProblem(experts, n, k, layout, capacity, rng)
+    a = p.a if layout == "contiguous" else p.a.reshape(experts, capacity, k // 2)
+    return p, a, p.b.reshape(experts, n, k // 2), rng
+
+
+def _assert_matches(p, routing, c) -> np.ndarray:
+    """Routed rows within 1e-3 of float64; returns the mask of unrouted rows."""
+    c = np.asarray(c, dtype=np.float64).reshape(-1, p.n)
+    unrouted = np.ones(c.shape[0], bool)
+    for e, (start, stop) in enumerate(routing.row_ranges):
+        unrouted[start:stop] = False
+        if stop > start:
+            ref = p.reference(routing, e)
+            assert np.abs(c[start:stop] - ref).max() <= 1e-3 * max(np.abs(ref).max(), 1e-30)
+    return unrouted
+
+
+@pytest.mark.parametrize("layout, capacity", [("contiguous", 300), ("masked", 40)])
+def test_one_compiled_function_serves_every_routing(jax, layout, capacity):
+    import nvfp4_aot.jax as nj
+
+    p, a, b, rng = _problem(layout, capacity=capacity)
+    traces = []
+
+    @jax.jit
+    def step(a, b, sfa, sfb, routing):
+        traces.append(1)
+        return nj.moe_gemm(a, b, sfa, sfb, routing, layout=layout)
+
+    total = capacity if layout == "contiguous" else 4 * capacity
+    for kind in ("uniform", "skewed", "one_expert", "empty", "sparse"):
+        counts = random_counts(kind, 4, total, rng)
+        routing = p.routing(np.minimum(counts, capacity) if layout == "masked" else counts)
+        c = step(a, b, routing.sfa, p.sfb, routing.routing)
+        unrouted = _assert_matches(p, routing, c)
+        assert np.isnan(np.asarray(c).reshape(-1, p.n)[unrouted]).all()  # the CPU target: NaN
+    assert len(traces) == 1
+
+
+def test_out_keeps_unrouted_rows(jax):
+    import nvfp4_aot.jax as nj
+
+    p, a, b, _ = _problem("masked", capacity=40)
+    routing = p.routing([3, 0, 40, 17])
+    poison = np.full((4, 40, p.n), 0xFFFF, np.uint16).view(np.float16)
+    run = jax.jit(lambda *x: nj.moe_gemm(*x[:5], layout="masked", out=x[5]), donate_argnums=5)
+    c = run(a, b, routing.sfa, p.sfb, routing.routing, poison)
+    unrouted = _assert_matches(p, routing, c)
+    assert (np.asarray(c).reshape(-1, p.n)[unrouted].view(np.uint16) == 0xFFFF).all()
+
+
+def test_trace_time_errors_under_jit_and_eval_shape(jax):
+    import nvfp4_aot.jax as nj
+
+    p, a, b, _ = _problem("contiguous")
+    routing = p.routing([10, 20, 30, 40])
+    shape = jax.eval_shape(nj.moe_gemm, a, b, routing.sfa, p.sfb, routing.routing)
+    assert (shape.shape, shape.dtype.name) == ((300, 64), "float16")
+    with pytest.raises(InvalidProblemError, match=r"routing must be int32 offsets\[E \+ 1\]"):
+        jax.jit(nj.moe_gemm)(a, b, routing.sfa, p.sfb, routing.routing[:4])
+    with pytest.raises(InvalidProblemError, match=r"out must have shape \(300, 64\)"):
+        nj.moe_gemm(a, b, routing.sfa, p.sfb, routing.routing, out=np.zeros((3, 64), np.float16))
+
+
+def test_a_failing_call_is_a_jax_error_and_the_next_one_works(jax):
+    import nvfp4_aot.jax as nj
+
+    p, a, b, _ = _problem("contiguous")
+    routing = p.routing([10, 20, 30, 40])
+    step = jax.jit(nj.moe_gemm)
+    bad = np.array([0, 5, 3, 100, 400], np.int32)  # the CPU reference refuses what GPUs clamp
+    with pytest.raises(
+        Exception,
+        match=r"INVALID_ARGUMENT: nvfp4_aot_moe_gemm: InvalidProblemError: routing: offsets must rise",
+    ) as info:
+        np.asarray(step(a, b, routing.sfa, p.sfb, bad))  # fmt: skip
+    assert type(info.value).__module__.startswith(("jax", "jaxlib"))
+    _assert_matches(p, routing, step(a, b, routing.sfa, p.sfb, routing.routing))
+
+
+def test_vmap_maps_sequentially(jax):
+    import nvfp4_aot.jax as nj
+
+    p, a, b, _ = _problem("masked", capacity=40)
+    r1, r2 = p.routing([3, 0, 40, 17]), p.routing([40, 1, 0, 2])
+    stacked = jax.vmap(lambda ro: nj.moe_gemm(a, b, r1.sfa, p.sfb, ro, layout="masked"))(
+        np.stack([r1.routing, r2.routing])
+    )
+    assert stacked.shape == (2, 4, 40, 64)
+    _assert_matches(p, r1, stacked[0])
+    _assert_matches(p, r2, stacked[1])
+
+
+def test_zero_capacity_runs_nothing(jax):
+    import nvfp4_aot.jax as nj
+
+    before = handler.executions()
+    c = jax.jit(nj.moe_gemm)(
+        np.zeros((0, 64), np.uint8), np.zeros((4, 64, 64), np.uint8), np.zeros((0,), np.uint8),
+        np.zeros((4 * blocked_scale_bytes(64, 128),), np.uint8), np.zeros(5, np.int32),
+    )  # fmt: skip
+    assert c.shape == (0, 64) and handler.executions() == before
+
+
+def test_lowering_for_cuda_names_the_target(jax):
+    """The program lowered for CUDA (here possibly without a GPU) holds our custom call."""
+    import nvfp4_aot.jax as nj
+
+    p, a, b, _ = _problem("contiguous")
+    routing = p.routing([10, 20, 30, 40])
+    args = [
+        jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (a, b, routing.sfa, p.sfb, routing.routing)
+    ]
+    try:
+        unchecked = [jax.export.DisabledSafetyCheck.custom_call(handler.TARGET)]
+        exported = jax.export.export(
+            jax.jit(nj.moe_gemm), platforms=["cuda"], disabled_checks=unchecked
+        )(*args)
+    except Exception as exc:  # noqa: BLE001 - some jax versions need the plugin to lower
+        pytest.skip(f"this jax cannot lower for CUDA here: {exc}")
+    text = exported.mlir_module()
+    assert f"@{handler.TARGET}" in text or f'"{handler.TARGET}"' in text
+    assert "tensor<300x64xf16>" in text  # C, XLA's result
+
+
+def test_quantize_standin_matches_the_numpy_quantizer_bit_for_bit(jax):
+    from nvfp4_aot.jax import quantize_standin
+    from nvfp4_aot.quantize import quantize
+
+    rng = np.random.default_rng(3)
+    run = jax.jit(quantize_standin)
+    for trial in range(12):
+        x = rng.standard_normal((37, 128)) * 10.0 ** rng.uniform(-6, 6, size=(37, 1))
+        x = x.astype(np.float32)
+        x[0, :16] = 0  # an all-zero block
+        x[1, 3] = -0.0
+        ties = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5, 6], np.float32)
+        x[2] = np.tile(ties, 16) * (1 if trial % 2 else -1)  # FP4 ties once scaled
+        packed, scales, g = run(x)
+        q = quantize(x)
+        assert np.float32(g) == q.global_scale
+        np.testing.assert_array_equal(np.asarray(scales), q.scales)
+        np.testing.assert_array_equal(np.asarray(packed), q.packed)
+    given = run(x, np.float32(3.0))
+    np.testing.assert_array_equal(np.asarray(given[0]), quantize(x, 3.0).packed)
+
+
+def test_route_and_blocked_scales_match_the_host_layout(jax):
+    from nvfp4_aot.jax import blocked_scales, route
+    from nvfp4_aot.layouts import scales_to_blocked
+    from nvfp4_aot.moe_layout import scale_offsets
+
+    rng = np.random.default_rng(4)
+    top = rng.integers(0, 8, size=(150, 2))
+    r = jax.jit(route, static_argnums=1)(top, 8)
+    counts = np.bincount(top.reshape(-1), minlength=8)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    np.testing.assert_array_equal(np.asarray(r.offsets), offsets)
+    experts, order = np.asarray(r.experts), np.asarray(r.order)
+    np.testing.assert_array_equal(top.reshape(-1)[order], experts)
+    np.testing.assert_array_equal(np.asarray(r.tokens), order // 2)
+    starts = np.array(scale_offsets(counts))
+    rows = np.arange(300)
+    np.testing.assert_array_equal(
+        np.asarray(r.scale_rows), starts[experts] + rows - offsets[experts]
+    )
+    assert r.scale_row_count == contiguous_scale_rows(300, 8)
+    scales = rng.integers(0, 255, size=(100, 6), dtype=np.uint8)  # k/16 = 6: padded to 8
+    np.testing.assert_array_equal(
+        np.asarray(blocked_scales(scales, np.arange(100), 128)), scales_to_blocked(scales)
+    )
