@@ -149,25 +149,18 @@ def test_check_errors_name_the_operand(layout, change, message):
         _call(layout=layout, **change)
 
 
-def test_alpha_and_out_dtype_follow_the_plan():
-    """alpha / bfloat16 are refused with a clear message until MoeGemmPlan takes them."""
-    features = checks.plan_features()
-    if "alpha" not in features:
-        with pytest.raises(InvalidProblemError, match="alpha is not supported by this MoeGemmPlan"):
-            checks.check_moe_call(
-                *(_array(*s) for s in (((100, 256), "u1"), ((8, 256, 256), "u1"),
-                                      ((1 << 20,), "u1"), ((65536,), "u1"), ((9,), "i4"))),
-                layout="contiguous", alpha=_array((8,), "float32"),
-            )  # fmt: skip
-    if "out_dtype" not in features:
-        with pytest.raises(
-            InvalidProblemError, match="out_dtype must be one of float16, got bfloat16"
-        ):
-            checks.check_moe_call(
-                *(_array(*s) for s in (((100, 256), "u1"), ((8, 256, 256), "u1"),
-                                      ((1 << 20,), "u1"), ((65536,), "u1"), ((9,), "i4"))),
-                layout="contiguous", out_dtype="bfloat16",
-            )  # fmt: skip
+def test_alpha_and_out_dtype_checks():
+    """alpha must be float32 (E,); out_dtype float16 or bfloat16."""
+    operands = [_array(*s) for s in (((100, 256), "u1"), ((8, 256, 256), "u1"),
+                                     ((1 << 20,), "u1"), ((65536,), "u1"), ((9,), "i4"))]  # fmt: skip
+    call = checks.check_moe_call(
+        *operands, layout="contiguous", alpha=_array((8,), "float32"), out_dtype="bfloat16"
+    )
+    assert call.out_dtype == "bfloat16"
+    with pytest.raises(InvalidProblemError, match=r"alpha must be float32 of shape \(8,\)"):
+        checks.check_moe_call(*operands, layout="contiguous", alpha=_array((7,), "float32"))
+    with pytest.raises(InvalidProblemError, match="out_dtype must be one of float16, bfloat16"):
+        checks.check_moe_call(*operands, layout="contiguous", out_dtype="float32")
 
 
 # ---------------------------------------------------------------------------------------

@@ -9,13 +9,12 @@ Operands are anything with ``shape`` and ``dtype`` (jax arrays, tracers,
 
 from __future__ import annotations
 
-import inspect
-from functools import cache
 from typing import NamedTuple
 
 from ..blocked import SF_VEC_SIZE, blocked_scale_bytes
 from ..errors import InvalidProblemError
 from ..intmath import round_up
+from ..manifest import OUT_DTYPES
 from ..moe_layout import LAYOUTS, check_moe_problem, contiguous_scale_rows
 
 FP4_DTYPES = ("uint8", "int8")  # packed FP4, two codes per byte (low nibble first)
@@ -36,27 +35,6 @@ class MoeCall(NamedTuple):
     out_dtype: str
 
 
-@cache
-def plan_features() -> frozenset[str]:
-    """Which optional epilogue inputs :class:`nvfp4_aot.MoeGemmPlan` takes: ``alpha``
-    (a per-expert FP32 device array given to ``run``) and ``out_dtype`` (given to the
-    constructor). Read from its signatures, so the JAX functions accept them as soon as
-    the plan does."""
-    from ..moe import MoeGemmPlan
-
-    features = set()
-    if "alpha" in inspect.signature(MoeGemmPlan.run).parameters:
-        features.add("alpha")
-    if "out_dtype" in inspect.signature(MoeGemmPlan.__init__).parameters:
-        features.add("out_dtype")
-    return frozenset(features)
-
-
-def out_dtypes() -> tuple[str, ...]:
-    """The output dtypes the plan can write."""
-    return ("float16", "bfloat16") if "out_dtype" in plan_features() else ("float16",)
-
-
 def dtype_name(x) -> str:
     dtype = getattr(x, "dtype", x)
     return getattr(dtype, "name", str(dtype))
@@ -68,10 +46,9 @@ def check_moe_call(a, b, sfa, sfb, routing, layout: str, alpha=None, out_dtype="
     if layout not in LAYOUTS:
         raise InvalidProblemError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     out_name = dtype_name(out_dtype)
-    if out_name not in out_dtypes():
+    if out_name not in OUT_DTYPES:
         raise InvalidProblemError(
-            f"out_dtype must be one of {', '.join(out_dtypes())}, got {out_name}"
-            + ("" if "bfloat16" in out_dtypes() else " (this MoeGemmPlan writes float16 only)")
+            f"out_dtype must be one of {', '.join(OUT_DTYPES)}, got {out_name}"
         )
     for name, x, allowed in (
         ("a", a, FP4_DTYPES), ("b", b, FP4_DTYPES), ("sfa", sfa, SCALE_DTYPES),
@@ -131,11 +108,6 @@ def check_moe_call(a, b, sfa, sfb, routing, layout: str, alpha=None, out_dtype="
 
 
 def _check_alpha(alpha, experts: int) -> None:
-    if "alpha" not in plan_features():
-        raise InvalidProblemError(
-            "alpha is not supported by this MoeGemmPlan yet (its run() takes no alpha); "
-            "scale C by the per-expert alpha in JAX after the call"
-        )
     if dtype_name(alpha) not in ALPHA_DTYPES or tuple(alpha.shape) != (experts,):
         raise InvalidProblemError(
             f"alpha must be float32 of shape ({experts},) (one per expert), got "

@@ -137,15 +137,13 @@ def _execute_cuda(address: int) -> int | None:
             from .. import driver
 
             device = driver.pointer_device(ops[1].data)
-        key = _plan_key(device, layout, ops, c)
+        key = _plan_key(device, layout, ops, c, alpha is not None)
         plan = _plans.get(key)
         if plan is None:
             plan = _new_plan(key, stream)
         a, b, sfa, sfb, routing = (buffer.data for buffer in ops)
-        if alpha is not None:  # only when the plan takes it (checked at trace time)
-            plan.run(a, b, c.data, sfa, sfb, routing, stream=stream, alpha=alpha.data)
-        else:
-            plan.run(a, b, c.data, sfa, sfb, routing, stream=stream)
+        alpha_data = None if alpha is None else alpha.data
+        plan.run(a, b, c.data, sfa, sfb, routing, stream=stream, alpha=alpha_data)
     except BaseException as exc:  # noqa: BLE001 - nothing may unwind into XLA's C++
         return _error(frame, address, exc)
     return None
@@ -211,17 +209,17 @@ def _decode(frame):
 _LAYOUT_OF_RANK = {2: "contiguous", 3: "masked"}
 
 
-def _plan_key(device: int, layout: str, ops, c) -> tuple:
+def _plan_key(device: int, layout: str, ops, c, alpha: bool) -> tuple:
     experts, n, half_k = xla_ffi.shape(ops[1])
     a_dims = xla_ffi.shape(ops[0])
     capacity = a_dims[0] if layout == "contiguous" else a_dims[1]
-    return (device, experts, n, 2 * half_k, layout, capacity, xla_ffi.dtype_name(c))
+    return (device, experts, n, 2 * half_k, layout, capacity, xla_ffi.dtype_name(c), alpha)
 
 
 def _new_plan(key: tuple, stream: int):
     from .. import driver
 
-    device, experts, n, k, layout, capacity, _out_dtype = key
+    device, experts, n, k, layout, capacity, _out_dtype, _alpha = key
     if driver.stream_is_capturing(stream):
         raise RuntimeError(
             f"no plan yet for {experts} experts, n={n}, k={k}, {layout}, capacity {capacity} "
@@ -233,20 +231,20 @@ def _new_plan(key: tuple, stream: int):
 
 
 def prepare_plan(key: tuple):
-    """The cached plan of ``key`` (device, E, n, k, layout, capacity, out dtype name),
-    made now if new."""
+    """The cached plan of ``key`` (device, E, n, k, layout, capacity, out dtype name,
+    alpha), made now if new."""
     from ..moe import MoeGemmPlan
 
     plan = _plans.get(key)
     if plan is not None:
         return plan
-    device, experts, n, k, layout, capacity, out_dtype = key
+    device, experts, n, k, layout, capacity, out_dtype, alpha = key
     options = {
         "capture_slots": EXPERIMENT_CAPTURE_SLOTS if _command_buffer else 1,
         "ring_slots": RING_SLOTS,
+        "out_dtype": out_dtype,
+        "alpha": alpha,
     }
-    if out_dtype != "float16":
-        options["out_dtype"] = out_dtype
     with _lock:
         plan = _plans.get(key)
         if plan is None:

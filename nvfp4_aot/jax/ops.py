@@ -33,8 +33,9 @@ def moe_gemm(
     Parameters
     ----------
     alpha : float32 array (E,), optional
-        Per-expert scale of the FP32 accumulator (accepted once MoeGemmPlan takes it).
-    out_dtype : float16 (default), or bfloat16 once MoeGemmPlan writes it.
+        Per-expert scale of the FP32 accumulator: expert e's rows are
+        alpha[e] * A_e @ B_e^T (read on the GPU).
+    out_dtype : float16 (default) or bfloat16.
     out : array of C's shape and dtype, optional
         C's initial contents: the result is ``out`` with the routed rows replaced, its
         unrouted rows kept (XLA aliases the buffer to the result: no copy when the
@@ -62,11 +63,14 @@ def moe_gemm(
     return run(*operands)
 
 
-def prepare(a, b, sfa, sfb, routing, *, layout="contiguous", out_dtype=jnp.float16, device=None):
+def prepare(
+    a, b, sfa, sfb, routing, *, layout="contiguous", alpha=None, out_dtype=jnp.float16,
+    device=None,
+):  # fmt: skip
     """Make the plan a call with these operands (arrays or ``jax.ShapeDtypeStruct``)
     will use, now, instead of at its first execution (which allocates and synchronises
     once). ``device``: a ``jax.Device`` or CUDA ordinal (default: JAX's first GPU)."""
-    call = check_moe_call(a, b, sfa, sfb, routing, layout, None, out_dtype)
+    call = check_moe_call(a, b, sfa, sfb, routing, layout, alpha, out_dtype)
     if call.capacity == 0:
         return None
     if device is None:
@@ -75,5 +79,6 @@ def prepare(a, b, sfa, sfb, routing, *, layout="contiguous", out_dtype=jnp.float
     ordinal = device if ordinal is None and isinstance(device, int) else ordinal
     if ordinal is None:
         ordinal = device.id
-    key = (ordinal, call.experts, call.n, call.k, layout, call.capacity, call.out_dtype)
+    key = (ordinal, call.experts, call.n, call.k, layout, call.capacity, call.out_dtype,
+           alpha is not None)  # fmt: skip
     return handler.prepare_plan(key)
