@@ -12,19 +12,21 @@ GEMMs through XLA's FFI (``nvfp4_aot.jax.moe_gemm``), nothing read back to the h
     r = nj.route(top_experts, E)                          # sort by expert, offsets
     xq, xs, xg = nj.quantize_standin(x)                   # NVFP4 activations (STAND-IN)
     sfa = nj.blocked_scales(xs[r.tokens], r.scale_rows, r.scale_row_count)
-    c1 = nj.moe_gemm(xq[r.tokens], w1, sfa, w1_scales, r.offsets)     # ONE call, all E
-    h = silu(gate) * up   (c1 * alpha per row: 1 / (g_x * g_w1[expert]))
+    c1 = nj.moe_gemm(xq[r.tokens], w1, sfa, w1_scales, r.offsets,     # ONE call, all E
+                     alpha=w1_scale_2 / g_x)              # 1 / (g_x g_w1[e]), per expert
+    h = silu(gate) * up
     hq, hs, hg = nj.quantize_standin(h)                   # same rows, same segments
-    c2 = nj.moe_gemm(hq, w2, sfa2, w2_scales, r.offsets)               # ONE call
-    y = zeros.at[r.tokens].add(c2 * router weight / (g_h * g_w2[expert]))
+    c2 = nj.moe_gemm(hq, w2, sfa2, w2_scales, r.offsets, alpha=w2_scale_2 / g_h)
+    y = zeros.at[r.tokens].add(c2 * router weight)
 
 Weights are quantized once on the host with ``nvfp4_aot.quantize.quantize`` (numpy;
 two-level scales, per expert). Activations are quantized inside jit by
 ``nvfp4_aot.jax.quantize_standin``, the jnp STAND-IN for the baked quantizer kernel
 (issue #16) with the exact rules of ``nvfp4_aot/quantize.py``. Every row of A and C is
 routed here (capacity T * top_k), so no row is left unspecified. The global scales are
-``6 / amax`` rather than ModelOpt's ``2688 / amax`` (see FP16_SAFE below) until the GEMM
-applies alpha itself.
+ModelOpt's ``2688 / amax`` (block scales up to 448): the products only fit FP16 after the
+per-expert alpha, which the GEMM applies to its FP32 accumulator (``alpha=``), computed
+on the device every step from the activations' own global scale.
 
 Checks (exit 1 on a mismatch): both projections' C against float64 GEMMs of the same
 quantized operands and the layer output against the float64 layer of those operands
@@ -51,11 +53,8 @@ from nvfp4_aot.quantize import quantize
 from nvfp4_aot.reference import dequantize, relative_error
 
 TOLERANCE = 1e-3
-# Global scale g = FP16_SAFE / amax: block scales <= 1, so that the GEMM's FP16 C of the
-# unscaled products cannot overflow. (ModelOpt's g = 2688 / amax puts block scales up to
-# 448 and needs alpha applied to the FP32 accumulator before the FP16 store: the GEMM
-# epilogue's alpha, MoeGemmPlan's coming ``alpha``; then moe_gemm(..., alpha=...).)
-FP16_SAFE = np.float32(6.0)
+# ModelOpt's global scale g = 6 * 448 / amax: the largest block scale is E4M3's maximum
+GLOBAL = np.float32(6 * 448)
 
 
 class Weights:
@@ -80,7 +79,7 @@ class Weights:
         buffer), scale_2 = 1/g (E,) on the device; fp4 * sf and its float64 value on
         the host."""
         w32 = w.astype(np.float32)
-        parts = [quantize(e, FP16_SAFE / np.abs(e).max()) for e in w32]
+        parts = [quantize(e, GLOBAL / np.abs(e).max()) for e in w32]
         packed = np.stack([q.packed for q in parts])
         blocked = np.concatenate([q.scales_blocked for q in parts])
         scale_2 = np.array([q.scale_2 for q in parts], np.float32)
@@ -106,25 +105,25 @@ def make_forward(jax, weights: Weights, top_k: int):
         r = nj.route(top_experts, w.experts)
 
         # gate/up: tokens in expert order, one grouped GEMM for all experts
-        xg = FP16_SAFE / jnp.max(jnp.abs(x))
+        xg = GLOBAL / jnp.max(jnp.abs(x))
         xq, xs, xg = nj.quantize_standin(x, xg)  # STAND-IN for the baked quantizer (#16)
         sfa1 = nj.blocked_scales(xs[r.tokens], r.scale_rows, r.scale_row_count)
-        c1 = nj.moe_gemm(xq[r.tokens], w.w1, sfa1, w.w1_scales, r.offsets)
-        alpha1 = w.w1_scale2[r.experts] / xg  # scale_2(x) * scale_2(w1[e]) per row
-        gate, up = jnp.split(c1.astype(jnp.float32) * alpha1[:, None], 2, axis=1)
+        alpha1 = w.w1_scale2 / xg  # input_scale * weight_scale_2, per expert, on the device
+        c1 = nj.moe_gemm(xq[r.tokens], w.w1, sfa1, w.w1_scales, r.offsets, alpha=alpha1)
+        gate, up = jnp.split(c1.astype(jnp.float32), 2, axis=1)
         h = jax.nn.silu(gate) * up
 
         # down: h is already in expert order; same offsets, same scale segments
-        hq, hs, hg = nj.quantize_standin(h, FP16_SAFE / jnp.max(jnp.abs(h)))
+        hq, hs, hg = nj.quantize_standin(h, GLOBAL / jnp.max(jnp.abs(h)))
         sfa2 = nj.blocked_scales(hs, r.scale_rows, r.scale_row_count)
-        c2 = nj.moe_gemm(hq, w.w2, sfa2, w.w2_scales, r.offsets)
+        c2 = nj.moe_gemm(hq, w.w2, sfa2, w.w2_scales, r.offsets, alpha=w.w2_scale2 / hg)
         route_weight = top_weights.reshape(-1)[r.order]
-        scale = route_weight * w.w2_scale2[r.experts] / hg
-        y = jnp.zeros_like(x).at[r.tokens].add(c2.astype(jnp.float32) * scale[:, None])
+        y = jnp.zeros_like(x).at[r.tokens].add(c2.astype(jnp.float32) * route_weight[:, None])
         trace = {
             "tokens": r.tokens, "experts": r.experts, "offsets": r.offsets,
             "route_weight": route_weight, "xq": xq, "xs": xs, "xg": xg,
-            "hq": hq, "hs": hs, "hg": hg, "c1": c1, "c2": c2,
+            "hq": hq, "hs": hs, "hg": hg, "c1": c1, "c2": c2, "alpha1": alpha1,
+            "alpha2": w.w2_scale2 / hg,
         }  # fmt: skip
         return y, trace
 
@@ -166,13 +165,13 @@ def check(weights: Weights, y, trace, label: str) -> bool:
     x64 = dequantize(t["xq"], t["xs"])  # times 1/g_x: applied with alpha
     h64 = dequantize(t["hq"], t["hs"])
     ref1, ref2 = np.zeros(t["c1"].shape), np.zeros(t["c2"].shape)
+    alpha1, alpha2 = (np.asarray(t[name], np.float64) for name in ("alpha1", "alpha2"))
     for e in np.unique(experts):  # rows are sorted by expert
         rows = np.flatnonzero(experts == e)
-        ref1[rows] = x64[tokens[rows]] @ weights.w1_codes[e].T  # the kernel's C
-        ref2[rows] = h64[rows] @ weights.w2_codes[e].T
-    scale2 = np.asarray(weights.w2_scale2, np.float64)[experts] / np.float64(t["hg"])
+        ref1[rows] = alpha1[e] * (x64[tokens[rows]] @ weights.w1_codes[e].T)  # the kernel's C
+        ref2[rows] = alpha2[e] * (h64[rows] @ weights.w2_codes[e].T)
     y_ref = np.zeros(y.shape)
-    np.add.at(y_ref, tokens, ref2 * (t["route_weight"] * scale2)[:, None])
+    np.add.at(y_ref, tokens, ref2 * t["route_weight"][:, None])
     y_host = np.asarray(y, np.float64)
     errors = {
         "gate/up C": relative_error(t["c1"], ref1),
