@@ -40,8 +40,11 @@ _DLPACK_DTYPES = {
     (10, 8, 1): "e4m3",  # kDLFloat8_e4m3fn
     (17, 4, 2): "e2m1x2",  # kDLFloat4_e2m1fn, two lanes in a byte
     (17, 4, 1): "e2m1",
+    # the activation quantizer's input bits and global scale
+    (1, 16, 1): "u2",  # bfloat16 as uint16 bit patterns
+    (2, 32, 1): "f4",
 }
-_TYPESTRS = {"u1": "u1", "i1": "i1", "f2": "f2", "V1": "v1", "i4": "i4"}
+_TYPESTRS = {"u1": "u1", "i1": "i1", "f2": "f2", "V1": "v1", "i4": "i4", "u2": "u2", "f4": "f4"}
 _BITS = {
     "u1": 8,
     "i1": 8,
@@ -52,6 +55,8 @@ _BITS = {
     "v1": 8,
     "i4": 32,
     "bf16": 16,
+    "u2": 16,
+    "f4": 32,
 }
 
 

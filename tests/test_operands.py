@@ -32,7 +32,7 @@ BASE = 0x7000_0000_0000
      ("a", FakeArray(BASE, (M, K), "|u1"), r"group 0: a must have shape \(96, 128\), got \(96, 256\)"),
      ("b", FakeArray(BASE, (N, K // 2), "|u1", strides=(256, 1)), r"group 0: b must be C-contiguous"),
      ("c", FakeArray(BASE, (M, N), "<f2", readonly=True), r"group 0: c is read-only"),
-     ("c", FakeArray(BASE, (M, N), "<f4"), r"group 0: c: unsupported dtype \(typestr '<f4'\)"),
+     ("c", FakeArray(BASE, (M, N), "<f8"), r"group 0: c: unsupported dtype \(typestr '<f8'\)"),
      ("sfa", FakeArray(BASE, (100,), "|u1"), r"group 0: sfa must hold at least 2048 bytes .*got 100"),
      ("sfb", FakeArray(BASE, (128, 8), "|u1", strides=(16, 1)), r"group 0: sfb must be dense"),
      ("a", FakeArray(BASE + 16, (M, K // 2), "|u1"), r"group 0: a must be 32-byte aligned, got address 0x700000000010"),
@@ -123,9 +123,9 @@ def test_dlpack_rejects_host_memory_and_odd_dtypes():
     with pytest.raises(ValueError, match=r"lives on a CPU device, expected a CUDA device"):
         operands.device_array(DLPackArray(256, (4,), (1, 8, 1), device=(1, 0)))
     with pytest.raises(
-        ValueError, match=r"unsupported DLPack dtype \(code, bits, lanes\) = \(2, 32, 1\)"
+        ValueError, match=r"unsupported DLPack dtype \(code, bits, lanes\) = \(2, 64, 1\)"
     ):
-        operands.device_array(DLPackArray(256, (4,), (2, 32, 1)))
+        operands.device_array(DLPackArray(256, (4,), (2, 64, 1)))
 
 
 def test_dlpack_operand_in_plan(make_fake, artifacts):

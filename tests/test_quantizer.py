@@ -1,0 +1,490 @@
+"""The activation quantizer on the CPU: plan words and checks (nvfp4_aot.quantize_layout,
+nvfp4_aot.quantizer), the row map (nvfp4_aot.quantize_routing), the baked variants' ABI,
+the kernel's PTX, and whole runs against a fake driver that executes the kernel's
+algorithm in numpy: the words it reads, its unit loop, expert search, clamps and
+addresses, written line by line after nvfp4_aot/kernels/nvfp4_quantize.py, with the
+reference for the block math. The kernel's bytes themselves are checked on the GPU
+(tests/test_quantizer_gpu.py)."""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+
+import numpy as np
+import pytest
+
+from fake_driver import FakeDriver, installed
+from nvfp4_aot import loader
+from nvfp4_aot.blocked import blocked_scale_bytes
+from nvfp4_aot.errors import InvalidProblemError
+from nvfp4_aot.intmath import round_up
+from nvfp4_aot.manifest import QUANTIZE_INPUT_KINDS, ROLE_QUANTIZE
+from nvfp4_aot.moe_layout import contiguous_scale_rows, scale_offsets
+from nvfp4_aot.quantize import quantize
+from nvfp4_aot.quantize_layout import (
+    FORM_CONTIGUOUS,
+    FORM_MASKED,
+    Q_WORDS,
+    R_GLOBAL_SCALE,
+    R_INDEX,
+    R_OUT,
+    R_ROUTING,
+    R_SCALES,
+    R_WORDS,
+    R_X,
+    RUN_FIELDS,
+    SEGMENT_BLOCKS,
+    QuantizeLayout,
+)
+from nvfp4_aot.quantize_routing import expected_outputs, row_map
+from nvfp4_aot.quantizer import QuantizePlan, make_problem
+from support import FakeArray, kernel_params_of
+
+MANIFEST = loader.load_manifest()  # the committed artifacts
+SF_ROWS = 128
+
+
+def _variant(arch="sm_90a"):
+    (variant,) = [v for v in MANIFEST.variants if v.role == ROLE_QUANTIZE and v.arch == arch]
+    return variant
+
+
+# the baked variants ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a", "sm_103a"])
+def test_every_arch_has_one_quantizer_with_a_tiny_abi(arch):
+    v = _variant(arch)
+    assert v.family == "nvfp4_quantize" and v.num_groups == 1
+    assert v.input_kinds == QUANTIZE_INPUT_KINDS
+    assert [(p.offset, p.size) for p in v.params] == [(0, 8), (8, 8)]
+    assert v.slots_for("plan") == [(0, 8)] and v.slots_for("run") == [(8, 8)]
+    assert v.grid[0].input == "num_ctas" and v.block == (256, 1, 1)
+    assert v.cluster == (1, 1, 1)
+
+
+def test_the_block_ptx_follows_the_reference_rules():
+    from nvfp4_aot.kernels import nvfp4_quantize as kernel  # PTX text only: no DSL run
+
+    for fp16, ptx in kernel._BLOCK_PTX.items():
+        assert ptx.count("div.rn.f32") == 2 and "div.full" not in ptx and "approx" not in ptx
+        assert ".ftz" not in ptx
+        assert ptx.count("mul.rn.f32 q,") == 16
+        assert ptx.count("max.NaN.") == 8
+        assert "cvt.rn.satfinite.e4m3x2.f32" in ptx and "selp.b32 sfb, 127, sfb, pn;" in ptx
+        # the thresholds, >= where the upper neighbour's code is even
+        thresholds = [line.split()[0] for line in ptx.splitlines() if line.startswith("set.")]
+        assert thresholds[:7] == [
+            "set.gt.u32.f32", "set.ge.u32.f32", "set.gt.u32.f32", "set.ge.u32.f32",
+            "set.gt.u32.f32", "set.ge.u32.f32", "set.gt.u32.f32",
+        ]  # fmt: skip
+        assert ("cvt.f32.f16 x0" in ptx) == fp16
+
+
+# plan-time checks --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [(dict(k=40, rows=8), r"k must be a multiple of 16, got 40"),
+     (dict(k=32), r"the plain form needs rows"),
+     (dict(k=32, rows=4, capacity=8), r"capacity must be rows = 4"),
+     (dict(k=32, rows=4, experts=2), r"the plain form has one expert"),
+     (dict(k=32, form="contiguous", rows=4), r"the contiguous form needs capacity"),
+     (dict(k=32, form="masked", experts=2), r"the masked form needs capacity"),
+     (dict(k=32, form="masked", experts=2, capacity=4, rows=9), r"rows must be experts \* capacity = 8"),
+     (dict(k=32, form="sparse", rows=4), r"form must be one of"),
+     (dict(k=32, rows=4, dtype="float32"), r"dtype must be one of"),
+     (dict(k=32, rows=4, row_stride=36), r"row_stride must be >= k = 32 and a multiple of 8"),
+     (dict(k=32, rows=4, row_stride=16), r"row_stride must be >= k"),
+     (dict(k=32, rows=0), r"rows must be an int >= 1, got 0"),
+     (dict(k=32, form="contiguous", capacity=8, experts=1025), r"experts must be <= 1024"),
+     (dict(k=16384, rows=2**18), r"do not fit int32"),
+     (dict(k=32, form="contiguous", capacity=2**25, experts=128), r"must fit int32")],
+)  # fmt: skip
+def test_plan_arguments_are_checked(kwargs, message):
+    k = kwargs.pop("k")
+    args = dict(form="plain", rows=None, capacity=None, experts=1, dtype="bfloat16",
+                row_stride=None) | kwargs  # fmt: skip
+    with pytest.raises(InvalidProblemError, match=message):
+        make_problem(k, **args)
+
+
+def test_scale_rows_match_the_gemm_layouts():
+    plain = make_problem(64, "plain", 300, None, 1, "bfloat16", None)
+    assert plain.operand_bytes()["scales"] == blocked_scale_bytes(300, 64)
+    contiguous = make_problem(2080, "contiguous", 50, 300, 8, "float16", None)
+    assert contiguous.scale_rows == contiguous_scale_rows(300, 8)
+    assert contiguous.operand_bytes()["scales"] == contiguous_scale_rows(300, 8) * 132
+    masked = make_problem(2080, "masked", None, 100, 8, "float16", None)
+    assert masked.operand_bytes()["scales"] == 8 * blocked_scale_bytes(100, 2080)
+    assert masked.operand_bytes()["out"] == 8 * 100 * 1040
+
+
+def test_plan_words_and_grid():
+    problem = make_problem(2080, "contiguous", 1000, 3000, 64, "float16", 2096)
+    layout = QuantizeLayout.build(problem, _variant(), sm_count=132, ring_slots=4)
+    words = struct.unpack_from(f"<{Q_WORDS}q", layout.static_tables(1 << 40))
+    assert words[:14] == (
+        FORM_CONTIGUOUS, 64, 3000, 1000, 2080, 130, 132, 2, problem.scale_rows * 2, 4192,
+        1040, 33, 0, 1,
+    )  # fmt: skip
+    units = problem.scale_rows * 2
+    assert layout.launch.num_ctas == min(round_up(units, 8) // 8, 4 * 132)
+    assert layout.launch.grid == (layout.launch.num_ctas, 1, 1)
+    inputs = layout.kernel_inputs(layout.launch, 1 << 40, 2)
+    assert inputs == {
+        "plan": 1 << 40,
+        "run": (1 << 40) + layout.slot_offset(2),
+        "num_ctas": layout.launch.num_ctas,
+    }
+    assert len(layout.run_table([1, 2, 3, 4, 5, 6])) == layout.slot_bytes
+    small = QuantizeLayout.build(make_problem(32, "plain", 1, None, 1, "bfloat16", None),
+                                 _variant(), 132, 1)  # fmt: skip
+    assert small.launch.num_ctas == 128 // 8  # T = 1: 127 padding rows are units too
+
+
+# the row map ----------------------------------------------------------------------------------
+
+
+def test_row_map_by_hand():
+    problem = make_problem(64, "contiguous", None, 400, 5, "float16", None)
+    counts = [1, 0, 129, 128, 100]
+    routing = np.concatenate([[0], np.cumsum(counts)])
+    rows = row_map(problem, routing)
+    starts = scale_offsets(counts)
+    assert starts == [0, 128, 128, 384, 512]
+    assert rows.scale_rows.tolist() == list(range(128)) + list(range(128, 640))
+    assert rows.out_rows[:2].tolist() == [0, -1]
+    assert (rows.out_rows[128 : 128 + 129] == np.arange(1, 130)).all()
+    masked = make_problem(32, "masked", None, 200, 3, "float16", None)
+    rows = row_map(masked, [5, -4, 1000])
+    assert rows.scale_rows.tolist() == list(range(128)) + list(range(512, 768))
+    assert rows.out_rows[:6].tolist() == [0, 1, 2, 3, 4, -1]
+    assert rows.out_rows[128:].max() == 2 * 200 + 199
+
+
+def test_expected_outputs_of_the_plain_form_are_the_reference():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((200, 96)).astype(np.float16)
+    problem = make_problem(96, "plain", 200, None, 1, "float16", None)
+    expected = expected_outputs(problem, x, np.float32(3.0))
+    q = quantize(x, 3.0)
+    assert (expected.scales == q.scales_blocked).all() and expected.scales_written.all()
+    assert (expected.out == q.packed.ravel()).all() and expected.out_written.all()
+
+
+# whole runs against a fake driver that executes the kernel's algorithm --------------------
+
+
+def _clamp(value, low, high):
+    return min(max(value, low), high)
+
+
+def emulate_kernel(memory, plan_address: int, run_address: int, num_ctas: int) -> None:
+    """What nvfp4_quantize's kernel writes, following its code: the words it reads,
+    expert_segments, locate (the binary search), the unit loop's addresses."""
+    plan = struct.unpack("<16q", memory.read(plan_address, 8 * Q_WORDS))
+    run = struct.unpack("<8Q", memory.read(run_address, 8 * R_WORDS))
+    form, experts, capacity, input_rows, k, blocks, blocks_padded = plan[:7]
+    segments, units, row_stride, out_row_bytes, col_tiles, expert_scale_rows, fp16 = plan[7:14]
+    assert units % segments == 0 and num_ctas >= 1
+    s_seg, s_first, s_rows = [], [], []
+    if form == FORM_CONTIGUOUS:
+        offsets = np.frombuffer(memory.read(run[R_ROUTING], 4 * (experts + 1)), np.int32)
+        carried = 0
+        for e in range(experts):
+            first = _clamp(int(offsets[e]), 0, capacity)
+            rows = _clamp(int(offsets[e + 1]), first, capacity) - first
+            s_seg.append(carried)
+            s_first.append(first)
+            s_rows.append(rows)
+            carried += round_up(rows, SF_ROWS)
+        s_seg.append(carried)
+    g = np.frombuffer(memory.read(run[R_GLOBAL_SCALE], 4), np.float32)[0]
+    token_rows = []  # (scale row, input row, output row)
+    for s in range(units // segments):
+        kind, in_row, out_row = None, 0, 0
+        if form == FORM_CONTIGUOUS:
+            low, length = 0, experts
+            for _step in range((1024).bit_length()):
+                half = length // 2
+                if length > 0:
+                    if s_seg[low + half] <= s:
+                        low, length = low + half + 1, length - half - 1
+                    else:
+                        length = half
+            expert = low - 1
+            r = s - s_seg[expert]
+            if s < s_seg[experts] and r >= 0:
+                kind = "padding"
+                if r < s_rows[expert]:
+                    kind, out_row = "tokens", s_first[expert] + r
+                    in_row = out_row
+                    if run[R_INDEX]:
+                        entry = memory.read(run[R_INDEX] + 4 * out_row, 4)
+                        in_row = _clamp(struct.unpack("<i", entry)[0], 0, input_rows - 1)
+        elif form == FORM_MASKED:
+            expert, r = divmod(s, expert_scale_rows)
+            count = struct.unpack("<i", memory.read(run[R_ROUTING] + 4 * expert, 4))[0]
+            rows = _clamp(count, 0, capacity)
+            if r < rows:
+                kind, out_row, in_row = "tokens", expert * capacity + r, expert * capacity + r
+            elif r < round_up(rows, SF_ROWS):
+                kind = "padding"
+        else:
+            kind = "tokens" if s < capacity else "padding"
+            out_row = in_row = s
+        if kind == "tokens":
+            token_rows.append((s, in_row, out_row))
+        elif kind == "padding":
+            for b in range(blocks_padded):
+                memory.write(_scale_address(run[R_SCALES], s, b, col_tiles), b"\0")
+    if not token_rows:
+        return
+    dtype = np.float16 if fp16 else np.uint16
+    x = np.stack([
+        np.frombuffer(memory.read(run[R_X] + i * row_stride, 2 * k), dtype)
+        for _s, i, _o in token_rows
+    ])  # fmt: skip
+    q = quantize(x, g)
+    for (s, _i, o), codes, scales in zip(token_rows, q.packed, q.scales):
+        memory.write(run[R_OUT] + o * out_row_bytes, codes.tobytes())
+        for b in range(blocks_padded):
+            value = int(scales[b]) if b < blocks else 0
+            memory.write(_scale_address(run[R_SCALES], s, b, col_tiles), bytes([value]))
+
+
+def _scale_address(scales: int, s: int, b: int, col_tiles: int) -> int:
+    """The kernel's blocked-scale address of (scale row s, block b)."""
+    row = scales + (s // SF_ROWS) * col_tiles * 512 + (s % 32) * 16 + ((s % SF_ROWS) // 32) * 4
+    return row + b // 4 * 512 + b % 4
+
+
+class QuantizerFake(FakeDriver):
+    """A fake whose quantizer launches (eager or replayed from a graph) run
+    :func:`emulate_kernel` on the simulated memory."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("kernel_params", kernel_params_of(MANIFEST))
+        kwargs.setdefault("capability", (9, 0))
+        super().__init__(**kwargs)
+        self.emulate = True  # False: record launches only (operands at made-up addresses)
+
+    def write(self, address: int, data: bytes) -> None:
+        self._write(address, data)
+
+    def cuMemcpyDtoH(self, dst, src, size):
+        ctypes.memmove(dst, self.read(int(src), size), size)
+        return (0,)
+
+    def cuStreamSynchronize(self, stream):
+        return (0,)
+
+    def _run(self, launch) -> None:
+        if not self.emulate:
+            return
+        plan_ptr, run_ptr = (struct.unpack("<Q", p)[0] for p in launch.params)
+        emulate_kernel(self, plan_ptr, run_ptr, launch.grid[0])
+
+    def cuLaunchKernelEx(self, config, function, kernel_params, extra):
+        result = super().cuLaunchKernelEx(config, function, kernel_params, extra)
+        if int(config.hStream) not in self._capturing:
+            self._run(self.launches[-1])
+        return result
+
+    def cuGraphLaunch(self, executable, stream):
+        before = len(self.launches)
+        result = super().cuGraphLaunch(executable, stream)
+        for launch in self.launches[before:]:
+            self._run(launch)
+        return result
+
+
+@pytest.fixture
+def fake():
+    with installed(QuantizerFake()) as driver_fake:
+        yield driver_fake
+
+
+def _upload(fake, array) -> int:
+    data = np.ascontiguousarray(array).tobytes()
+    pointer = fake.cuMemAlloc(max(len(data), 1))[1]
+    fake.write(pointer, data)
+    return pointer
+
+
+def _buffer(fake, size: int, fill: int = 0xA5) -> int:
+    pointer = fake.cuMemAlloc(size)[1]
+    fake.write(pointer, bytes([fill]) * size)
+    return pointer
+
+
+def _check_run(fake, problem, pointers, x, g, routing=None, index=None, fill=0xA5):
+    expected = expected_outputs(problem, x, np.float32(g), routing, index)
+    sizes = problem.operand_bytes()
+    for name, want, mask in (("out", expected.out, expected.out_written),
+                             ("scales", expected.scales, expected.scales_written)):  # fmt: skip
+        got = np.frombuffer(fake.read(pointers[name], sizes[name]), np.uint8)
+        assert (got == np.where(mask, want, np.uint8(fill))).all(), name
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_plain_run_writes_the_reference_bytes(fake, dtype):
+    rows, k, stride = 130, 96, 104
+    rng = np.random.default_rng(1)
+    values = rng.standard_normal((rows, stride)).astype(np.float32)
+    x = (
+        values.astype(np.float16)
+        if dtype == "float16"
+        else (values.view(np.uint32) >> 16).astype(np.uint16)
+    )
+    with QuantizePlan(k, rows=rows, dtype=dtype, row_stride=stride) as plan:
+        pointers = {
+            "x": _upload(fake, x),
+            "out": _buffer(fake, rows * k // 2),
+            "scales": _buffer(fake, plan.scale_bytes),
+            "global_scale": _upload(fake, np.float32([0.5])),
+        }
+        plan.run(**pointers)
+        _check_run(fake, plan.problem, pointers, x[:, :k], 0.5)
+        assert len(fake.launches) == 1 and fake.launches[0].block == (256, 1, 1)
+
+
+def test_contiguous_graph_replays_read_new_routings(fake):
+    experts, tokens, capacity, k = 6, 50, 300, 2080
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((tokens, k)).astype(np.float16)
+    with QuantizePlan(k, form="contiguous", rows=tokens, capacity=capacity, experts=experts,
+                      dtype="float16") as plan:  # fmt: skip
+        pointers = {
+            "x": _upload(fake, x),
+            "out": _buffer(fake, capacity * k // 2),
+            "scales": _buffer(fake, plan.scale_bytes),
+            "global_scale": _upload(fake, np.float32([2.0])),
+            "routing": _buffer(fake, 4 * (experts + 1)),
+            "index": _buffer(fake, 4 * capacity),
+        }
+        stream = fake.cuStreamCreate(0)[1]
+        fake.cuStreamBeginCapture(stream, 0)
+        plan.run(**pointers, stream=stream)
+        graph = fake.cuGraphInstantiate(fake.cuStreamEndCapture(stream)[1], 0)[1]
+        routings = [[0, 0, 100, 100, 250, 251, 300], [0, 300, 300, 300, 300, 300, 300],
+                    [0] * 7, [-5, 400, 3, 2, 1000, -1, 7]]  # fmt: skip
+        for routing in routings:
+            index = rng.integers(-10, tokens + 10, size=capacity)
+            fake.write(pointers["routing"], np.int32(routing).tobytes())
+            fake.write(pointers["index"], np.int32(index).tobytes())
+            for name in ("out", "scales"):
+                size = plan.problem.operand_bytes()[name]
+                fake.write(pointers[name], b"\xa5" * size)
+            fake.cuGraphLaunch(graph, stream)
+            _check_run(fake, plan.problem, pointers, x, 2.0, routing, index)
+
+
+def test_masked_run_clamps_counts(fake):
+    experts, max_m, k = 4, 70, 48
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((experts, max_m, k)).astype(np.float16)
+    with QuantizePlan(k, form="masked", capacity=max_m, experts=experts, dtype="float16") as plan:
+        routing = np.int32([3, -2, 1000, 70])
+        pointers = {
+            "x": _upload(fake, x),
+            "out": _buffer(fake, experts * max_m * k // 2),
+            "scales": _buffer(fake, plan.scale_bytes),
+            "global_scale": _upload(fake, np.float32([1.0])),
+            "routing": _upload(fake, routing),
+        }
+        plan.run(**pointers)
+        _check_run(fake, plan.problem, pointers, x.reshape(-1, k), 1.0, routing)
+
+
+# run-time checks -------------------------------------------------------------------------
+
+BASE = 0x7000_0000_0000
+
+
+def _operands(k=64, rows=100, x_typestr="<f2"):
+    return {
+        "x": FakeArray(BASE, (rows, k), x_typestr),
+        "out": FakeArray(BASE + 0x1000_0000, (rows, k // 2), "|u1"),
+        "scales": FakeArray(BASE + 0x2000_0000, (blocked_scale_bytes(rows, k),), "|u1"),
+        "global_scale": FakeArray(BASE + 0x3000_0000, (1,), "<f4"),
+    }
+
+
+@pytest.mark.parametrize(
+    "field, replacement, message",
+    [("x", FakeArray(BASE, (100, 64), "|u1"), r"^x must have dtype float16 \(f2\), got u1"),
+     ("x", FakeArray(BASE, (99, 64), "<f2"), r"^x must have shape \(100, 64\), got \(99, 64\)"),
+     ("x", FakeArray(BASE, (100, 64), "<f2", strides=(256, 2)), r"^x must have strides \(64, 1\)"),
+     ("x", FakeArray(BASE + 8, (100, 64), "<f2"), r"^x must be 16-byte aligned"),
+     ("out", FakeArray(BASE, (100, 64), "|u1"), r"^out must be C-contiguous uint8 of shape \(100, 32\)"),
+     ("out", FakeArray(BASE + 0x1000_0000, (100, 32), "|u1", readonly=True), r"^out is read-only"),
+     ("scales", FakeArray(BASE + 0x2000_0000, (100,), "|u1"), r"^scales must hold at least 512 bytes"),
+     ("global_scale", FakeArray(BASE + 0x3000_0000, (1,), "<f2"), r"^global_scale must have dtype float32"),
+     ("global_scale", 0, r"^global_scale is a null pointer"),
+     ("routing", FakeArray(BASE + 0x4000_0000, (2,), "<i4"), r"^routing is not an operand of the plain form"),
+     ("index", 0x5000_0000_0000, r"^index is not an operand of the plain form"),
+     ("out", BASE + 0x100, r"^out overlaps x"),
+     ("scales", FakeArray(BASE + 0x2000_0000, (512,), "|u1", device=1), r"^scales is on device 1")],
+)  # fmt: skip
+def test_run_arguments_are_checked(fake, field, replacement, message):
+    with QuantizePlan(64, rows=100, dtype="float16") as plan:
+        operands = _operands() | {field: replacement}
+        with pytest.raises(InvalidProblemError, match=message):
+            plan.run(**operands)
+        assert not fake.launches
+
+
+def test_contiguous_and_masked_operand_checks(fake):
+    with QuantizePlan(64, form="contiguous", rows=10, capacity=100, experts=4,
+                      dtype="float16") as plan:  # fmt: skip
+        operands = _operands(rows=100) | {
+            "x": FakeArray(BASE, (10, 64), "<f2"),
+            "scales": FakeArray(BASE + 0x2000_0000, (contiguous_scale_rows(100, 4) * 4,), "|u1"),
+        }
+        with pytest.raises(InvalidProblemError, match=r"^routing is a null pointer"):
+            plan.run(**operands)
+        routing = FakeArray(BASE + 0x4000_0000, (5,), "<i4")
+        with pytest.raises(
+            InvalidProblemError, match=r"the plan's rows \(10\) must be >= capacity"
+        ):
+            plan.run(**operands, routing=routing)
+        with pytest.raises(InvalidProblemError, match=r"^index must be int32 index\[capacity\]"):
+            plan.run(**operands, routing=routing, index=FakeArray(BASE + 0x5000_0000, (99,), "<i4"))
+        with pytest.raises(InvalidProblemError, match=r"^routing must be int32 offsets\[E \+ 1\]"):
+            plan.run(**operands, routing=FakeArray(BASE + 0x4000_0000, (4,), "<i4"))
+    with QuantizePlan(64, form="masked", capacity=25, experts=4, dtype="float16") as plan:
+        operands = _operands(rows=100) | {
+            "x": FakeArray(BASE, (4, 25, 64), "<f2"),
+            "out": FakeArray(BASE + 0x1000_0000, (4, 25, 32), "|u1"),
+            "scales": FakeArray(BASE + 0x2000_0000, (4 * blocked_scale_bytes(25, 64),), "|u1"),
+        }
+        with pytest.raises(InvalidProblemError, match=r"^routing must be int32 masked_m\[E\]"):
+            plan.run(**operands, routing=FakeArray(BASE + 0x4000_0000, (5,), "<i4"))
+        with pytest.raises(InvalidProblemError, match=r"^index is not an operand of the masked"):
+            plan.run(**operands, routing=BASE + 0x4000_0000, index=BASE + 0x5000_0000)
+        # accepted (staged for a graph replay, not launched: nothing lives at BASE)
+        plan.set_graph_operands(**operands, routing=FakeArray(BASE + 0x4000_0000, (4,), "<i4"))
+
+
+def test_run_words_hold_the_addresses(fake):
+    fake.emulate = False
+    with QuantizePlan(64, rows=100, dtype="float16") as plan:
+        plan.run(**_operands())
+        (launch,) = fake.launches
+    run = struct.unpack("<Q", launch.params[1])[0]
+    assert RUN_FIELDS == ("x", "out", "scales", "global_scale", "routing", "index")
+    # the fake's last async copy wrote the run words into that slot
+    dst, data, _stream = fake.copies[-1]
+    assert dst == run
+    words = struct.unpack_from("<6Q", data)
+    assert words == (BASE, BASE + 0x1000_0000, BASE + 0x2000_0000, BASE + 0x3000_0000, 0, 0)
+
+
+def test_segment_covers_four_blocks_per_lane():
+    assert SEGMENT_BLOCKS == 32 * 4
+    assert (R_X, R_OUT, R_SCALES, R_GLOBAL_SCALE, R_ROUTING, R_INDEX) == tuple(range(6))
+    assert FORM_MASKED == 2
