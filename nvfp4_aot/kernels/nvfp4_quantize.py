@@ -89,22 +89,27 @@ ROW_NONE, ROW_TOKENS, ROW_PADDING = 0, 1, 2
 # inline PTX
 # ---------------------------------------------------------------------------------------
 
-_F32 = {  # IEEE float32 bit patterns in PTX's 0f notation
-    "0.25": "0f3E800000",
-    "0.75": "0f3F400000",
-    "1.25": "0f3FA00000",
-    "1.75": "0f3FE00000",
-    "2.5": "0f40200000",
-    "3.5": "0f40600000",
-    "5": "0f40A00000",
-    "6": "0f40C00000",
-}
-# E2M1 magnitude code = number of thresholds passed; ties go to the even code, so the
-# threshold below an even code counts with >=, the one below an odd code with >.
-_THRESHOLDS = (
-    ("gt", "0.25"), ("ge", "0.75"), ("gt", "1.25"), ("ge", "1.75"),
-    ("gt", "2.5"), ("ge", "3.5"), ("gt", "5"),
-)  # fmt: skip
+_SIX = "0f40C00000"  # 6.0f, the largest E2M1 magnitude
+# E2M1 magnitude code of q = |x| * m >= 0: the number of thresholds q passes, where a
+# threshold below an even code counts with >= and one below an odd code with > (ties to
+# the even code). Each step is one saturating FMA on the FMA pipe (compares and integer
+# adds would load the half-rate ALU pipe): sat(q * 2^b + c) with 2^b = 1 / (the float32
+# spacing at the threshold T), c = -T * 2^b (">") or 1 - T * 2^b (">="), integers below
+# 2^24, so that the nearest q on either side of T gives exactly 0 or 1; NaN gives 0.
+# tests/test_quantizer.py checks these steps against the reference for every float32 in
+# [0, 8] (q > 8 passes all seven, as the reference's saturation does).
+_STEPS = (  # (threshold, >=, 2^b, c) as float32 bit patterns
+    (0.25, False, "0f4C000000", "0fCB000000"),
+    (0.75, True, "0f4B800000", "0fCB3FFFFF"),
+    (1.25, False, "0f4B000000", "0fCB200000"),
+    (1.75, True, "0f4B000000", "0fCB5FFFFF"),
+    (2.5, False, "0f4A800000", "0fCB200000"),
+    (3.5, True, "0f4A800000", "0fCB5FFFFF"),
+    (5.0, False, "0f4A000000", "0fCB200000"),
+)
+_MAGIC = "0f4B000000"  # 2^23: float32 bits of 2^23 + c are 0x4B000000 + c for 0 <= c < 2^23
+# sum over the 8 nibbles n of 0x4B000000 * 16^n (mod 2^32), subtracted once per word
+_MAGIC_NIBBLES = (0x4B000000 * 0x11111111) % 2**32
 
 
 def _block_ptx(fp16: bool) -> str:
@@ -114,7 +119,7 @@ def _block_ptx(fp16: bool) -> str:
     words = [f"${3 + i}" for i in range(8)]
     lines = [
         "{",
-        ".reg .b32 a<8>, x<16>, c<7>, amax, t, u, s, sfb, sfv, m, q, o0, o1, p01, p23, shi, slo;",
+        ".reg .b32 a<8>, r<8>, x<16>, c<7>, amax, t, u, s, sfb, sfv, m, q, o0, o1, p01, p23, shi, slo;",
         ".reg .b16 h, hl, hh;",
         ".reg .pred pn, pp;",
     ]
@@ -122,17 +127,17 @@ def _block_ptx(fp16: bool) -> str:
     # selection), then the larger half as float32
     lines += [f"and.b32 a{i}, {w}, 0x7FFF7FFF;" for i, w in enumerate(words)]
     vmax = "max.NaN.f16x2" if fp16 else "max.NaN.bf16x2"
-    for d, a, b in ((0, 0, 1), (2, 2, 3), (4, 4, 5), (6, 6, 7), (0, 0, 2), (4, 4, 6), (0, 0, 4)):
-        lines.append(f"{vmax} a{d}, a{a}, a{b};")
+    lines += [f"{vmax} r{i}, a{2 * i}, a{2 * i + 1};" for i in range(4)]
+    lines += [f"{vmax} r0, r0, r1;", f"{vmax} r2, r2, r3;", f"{vmax} r0, r0, r2;"]
     if fp16:
-        lines += ["mov.b32 {hl, hh}, a0;", "cvt.f32.f16 t, hl;", "cvt.f32.f16 amax, hh;"]
+        lines += ["mov.b32 {hl, hh}, r0;", "cvt.f32.f16 t, hl;", "cvt.f32.f16 amax, hh;"]
     else:
-        lines += ["shl.b32 t, a0, 16;", "and.b32 amax, a0, 0xFFFF0000;"]
+        lines += ["shl.b32 t, r0, 16;", "and.b32 amax, r0, 0xFFFF0000;"]
     lines += [
         "max.NaN.f32 amax, amax, t;",
         # s = (g * amax) / 6, two IEEE roundings
         "mul.rn.f32 s, $11, amax;",
-        f"div.rn.f32 s, s, {_F32['6']};",
+        f"div.rn.f32 s, s, {_SIX};",
         # the scale byte: RNE onto E4M3, > 448 and +inf saturate to 448; NaN -> 0x7F
         "cvt.rn.satfinite.e4m3x2.f32 h, s, s;",
         "cvt.u32.u16 sfb, h;",
@@ -153,32 +158,26 @@ def _block_ptx(fp16: bool) -> str:
         "mov.b32 o0, 0;",
         "mov.b32 o1, 0;",
     ]
-    for i, w in enumerate(words):  # the elements as float32 (exact)
+    for i in range(8):  # |x| as float32 (exact), from the sign-cleared words
         if fp16:
             lines += [
-                f"mov.b32 {{hl, hh}}, {w};",
+                f"mov.b32 {{hl, hh}}, a{i};",
                 f"cvt.f32.f16 x{2 * i}, hl;",
                 f"cvt.f32.f16 x{2 * i + 1}, hh;",
             ]
         else:
-            lines += [f"shl.b32 x{2 * i}, {w}, 16;", f"and.b32 x{2 * i + 1}, {w}, 0xFFFF0000;"]
-    for j in range(16):  # magnitude codes: set.* gives 0 or -1, so the sum is -code
+            lines += [f"shl.b32 x{2 * i}, a{i}, 16;", f"and.b32 x{2 * i + 1}, a{i}, 0xFFFF0000;"]
+    for j in range(16):  # magnitude codes, accumulated as 2^23 + code (exact)
         out = "o0" if j < 8 else "o1"
-        lines += [f"mul.rn.f32 q, x{j}, m;", "abs.f32 q, q;"]
+        lines.append(f"mul.rn.f32 q, x{j}, m;")
         lines += [
-            f"set.{op}.u32.f32 c{i}, q, {_F32[value]};" for i, (op, value) in enumerate(_THRESHOLDS)
+            f"fma.rn.sat.f32 c{i}, q, {scale}, {offset};"
+            for i, (_t, _ge, scale, offset) in enumerate(_STEPS)
         ]
-        lines += [
-            "add.u32 c0, c0, c1;",
-            "add.u32 c2, c2, c3;",
-            "add.u32 c4, c4, c5;",
-            "add.u32 c0, c0, c2;",
-            "add.u32 c4, c4, c6;",
-            "add.u32 c0, c0, c4;",
-        ]
-        if j % 8:
-            lines.append(f"shl.b32 c0, c0, {4 * (j % 8)};")
-        lines.append(f"sub.u32 {out}, {out}, c0;")
+        lines += [f"add.rn.f32 t, c0, {_MAGIC};"]
+        lines += [f"add.rn.f32 t, t, c{i};" for i in range(1, 7)]
+        lines.append(f"mad.lo.u32 {out}, t, {16 ** (j % 8)}, {out};")
+    lines += [f"sub.u32 o0, o0, {_MAGIC_NIBBLES};", f"sub.u32 o1, o1, {_MAGIC_NIBBLES};"]
     for out, group in (("o0", words[:4]), ("o1", words[4:])):
         # sign bits: the inputs' bits 15 (even element) and 31 (odd element) go to bits
         # 3 and 7 of the byte that holds the pair
