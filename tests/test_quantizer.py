@@ -512,6 +512,11 @@ def test_run_words_hold_the_addresses(fake):
     with QuantizePlan(64, rows=100, dtype="float16") as plan:
         plan.run(**_operands())
         (launch,) = fake.launches
+        base = plan._launcher.base
+        assert struct.unpack("<Q", launch.params[0])[0] == base  # the plan words
+        words = struct.unpack_from(f"<{Q_WORDS}q", fake.read(base, 8 * Q_WORDS))
+        assert words == tuple(plan.problem.plan_words())
+        assert launch.grid == (plan.layout.launch.num_ctas, 1, 1) and launch.block == (256, 1, 1)
     run = struct.unpack("<Q", launch.params[1])[0]
     assert RUN_FIELDS == ("x", "out", "scales", "global_scale", "routing", "index")
     # the fake's last async copy wrote the run words into that slot

@@ -434,8 +434,7 @@ def test_masked_one_graph_serves_every_routing(device, dtype, config):
                           device=device) as plan:  # fmt: skip
             with Operands(plan, x, k) as data:
                 cases = [rng.integers(0, max_m + 1, size=experts) for _ in range(ROUTINGS)]
-                cases[1][:] = 0
-                cases[2][:] = max_m
+                cases += [np.zeros(experts, np.int64), np.full(experts, max_m)]  # none, full
                 g = np.float32(1.0)
                 data.load(g, cases[0])
                 run = partial(plan.run, **data.pointers(False), stream=stream)

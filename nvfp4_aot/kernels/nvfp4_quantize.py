@@ -7,8 +7,8 @@ formulas and the zero/inf/NaN rules), so the bytes are the reference's bytes:
     amax = max|x_i| (NaN-propagating)   s = (g * amax) / 6         mul.rn, div.rn
     sf   = e4m3_rn_satfinite(s), 0x7F if amax is NaN              cvt.rn.satfinite.e4m3x2
     m    = g / e4m3(sf) if e4m3(sf) > 0 else 0                     div.rn
-    q_i  = #thresholds |x_i * m| passes (0.25 < .75 <= 1.25 < 1.75 <= 2.5 < 3.5 <= 5 <),
-           sign bit = the sign bit of x_i                           mul.rn, set.{gt,ge}
+    q_i  = #thresholds |x_i| * m passes (0.25 < .75 <= 1.25 < 1.75 <= 2.5 < 3.5 <= 5 <),
+           sign bit = the sign bit of x_i              mul.rn, seven fma.rn.sat steps
 
 The block math is inline PTX (no fast-math division, no flush to zero, no hardware E2M1
 conversion, which sm_90 lacks), the same instructions on every arch.
