@@ -190,7 +190,7 @@ def _arrays(experts=8, n=256, k=512, capacity=100, layout="contiguous", **change
 @pytest.mark.parametrize(
     "layout, field, change, message",
     [("contiguous", "a", ((99, 256), "|u1"), r"^a must have shape \(rows >= capacity = 100, 256\)"),
-     ("contiguous", "c", ((100, 256), "<f4"), r"^c: unsupported dtype \(typestr '<f4'\)"),
+     ("contiguous", "c", ((100, 256), "<f8"), r"^c: unsupported dtype \(typestr '<f8'\)"),
      ("contiguous", "c", ((100, 128), "<f2"), r"^c must have shape \(100, 256\), got \(100, 128\)"),
      ("contiguous", "routing", ((8,), "<i4"), r"^routing must be int32 offsets\[E \+ 1\] of shape \(9,\)"),
      ("contiguous", "routing", ((9,), "|u1"), r"^routing must have dtype i4"),
