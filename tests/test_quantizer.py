@@ -530,3 +530,239 @@ def test_segment_covers_four_blocks_per_lane():
     assert SEGMENT_BLOCKS == 32 * 4
     assert (R_X, R_OUT, R_SCALES, R_GLOBAL_SCALE, R_ROUTING, R_INDEX) == tuple(range(6))
     assert FORM_MASKED == 2
+
+
+# the block PTX, interpreted -------------------------------------------------------------------
+
+
+class PtxBlock:
+    """A numpy interpreter for the instructions of the kernel's block PTX (vectorised over
+    many blocks), so that the PTX text that is baked (its registers, word order, prmt
+    selectors, constants) is checked against the reference on the CPU. Semantics follow
+    the PTX ISA; the E4M3 conversions are the reference's rounding (what the ISA states
+    for cvt.rn.satfinite)."""
+
+    def __init__(self, ptx: str):
+        self.lines = [
+            line.strip().rstrip(";")
+            for line in ptx.splitlines()
+            if line.strip() and line.strip()[0] not in "{}."
+        ]
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.r = {name: value.astype(np.uint64) for name, value in inputs.items()}
+        for line in self.lines:
+            op, rest = line.split(None, 1)
+            args = [a.strip() for a in _split_args(rest)]
+            getattr(self, "op_" + op.replace(".", "_"))(*args)
+        return self.r
+
+    # operands
+    def get(self, a: str) -> np.ndarray:
+        if a in self.r:
+            return self.r[a]
+        if a.startswith("0f"):
+            return np.uint64(int(a[2:], 16))
+        return np.uint64(int(a, 0) % 2**32)
+
+    def put(self, d: str, value) -> None:
+        self.r[d] = np.asarray(value).astype(np.uint64) & np.uint64(0xFFFFFFFF)
+
+    def f32(self, a: str) -> np.ndarray:
+        return np.asarray(self.get(a)).astype(np.uint32).view(np.float32)
+
+    def put_f32(self, d: str, value) -> None:
+        self.put(d, np.asarray(value, np.float32).view(np.uint32))
+
+    # integer and bit operations
+    def op_and_b32(self, d, a, b):
+        self.put(d, self.get(a) & self.get(b))
+
+    def op_or_b32(self, d, a, b):
+        self.put(d, self.get(a) | self.get(b))
+
+    def op_shl_b32(self, d, a, b):
+        self.put(d, self.get(a) << self.get(b))
+
+    def op_shr_b32(self, d, a, b):
+        self.put(d, self.get(a) >> self.get(b))
+
+    def op_mov_b32(self, d, a):
+        if d.startswith("{"):  # unpack halves
+            lo, hi = (x.strip() for x in d.strip("{}").split(","))
+            value = self.get(a)
+            self.put(lo, value & np.uint64(0xFFFF))
+            self.put(hi, value >> np.uint64(16))
+        else:
+            self.put(d, np.broadcast_to(self.get(a), self._shape()))
+
+    def op_selp_b32(self, d, a, b, p):
+        self.put(d, np.where(self.r[p] != 0, self.get(a), self.get(b)))
+
+    def op_mad_lo_u32(self, d, a, b, c):
+        self.put(d, self.get(a) * self.get(b) + self.get(c))
+
+    def op_sub_u32(self, d, a, b):
+        self.put(d, self.get(a) + np.uint64(2**32) - self.get(b))
+
+    def op_prmt_b32(self, d, a, b, selector):
+        data = [(self.get(a) >> np.uint64(8 * i)) & np.uint64(0xFF) for i in range(4)]
+        data += [(self.get(b) >> np.uint64(8 * i)) & np.uint64(0xFF) for i in range(4)]
+        sel = int(selector, 0)
+        out = sum(data[(sel >> (4 * k)) & 7] << np.uint64(8 * k) for k in range(4))
+        self.put(d, out)
+
+    def op_cvt_u32_u16(self, d, a):
+        self.put(d, self.get(a) & np.uint64(0xFFFF))
+
+    def op_cvt_u16_u32(self, d, a):
+        self.put(d, self.get(a) & np.uint64(0xFFFF))
+
+    # packed 16-bit maxima (NaN-propagating: the canonical NaN 0x7FFF)
+    def _max_halves(self, d, a, b, kind):
+        out = np.uint64(0)
+        for shift in (0, 16):
+            ha = ((self.get(a) >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.uint16)
+            hb = ((self.get(b) >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.uint16)
+            if kind == "bf16":
+                fa = (ha.astype(np.uint32) << 16).view(np.float32)
+                fb = (hb.astype(np.uint32) << 16).view(np.float32)
+            else:
+                fa, fb = ha.view(np.float16), hb.view(np.float16)
+            pick = np.where(fa >= fb, ha, hb)
+            pick = np.where(np.isnan(fa) | np.isnan(fb), np.uint16(0x7FFF), pick)
+            out = out | (pick.astype(np.uint64) << np.uint64(shift))
+        self.put(d, out)
+
+    def op_max_NaN_bf16x2(self, d, a, b):
+        self._max_halves(d, a, b, "bf16")
+
+    def op_max_NaN_f16x2(self, d, a, b):
+        self._max_halves(d, a, b, "f16")
+
+    # float32
+    def op_max_NaN_f32(self, d, a, b):
+        x, y = self.f32(a), self.f32(b)
+        self.put_f32(d, np.where(np.isnan(x) | np.isnan(y), np.float32(np.nan), np.maximum(x, y)))
+
+    def op_mul_rn_f32(self, d, a, b):
+        with np.errstate(all="ignore"):
+            self.put_f32(d, self.f32(a) * self.f32(b))
+
+    def op_div_rn_f32(self, d, a, b):
+        with np.errstate(all="ignore"):
+            self.put_f32(d, self.f32(a) / self.f32(b))
+
+    def op_add_rn_f32(self, d, a, b):
+        with np.errstate(all="ignore"):
+            self.put_f32(d, self.f32(a) + self.f32(b))
+
+    def op_fma_rn_sat_f32(self, d, a, b, c):
+        with np.errstate(all="ignore"):  # exact in float64 wherever the result is in [0, 1]
+            exact = self.f32(a).astype(np.float64) * self.f32(b) + self.f32(c)
+            value = exact.astype(np.float32)
+            self.put_f32(d, np.where(np.isnan(value), np.float32(0), np.clip(value, 0, 1)))
+
+    def op_setp_nan_f32(self, p, a, b):
+        self.r[p] = (np.isnan(self.f32(a)) | np.isnan(self.f32(b))).astype(np.uint64)
+
+    def op_setp_gt_f32(self, p, a, b):
+        self.r[p] = (self.f32(a) > self.f32(b)).astype(np.uint64)
+
+    # conversions
+    def op_cvt_f32_f16(self, d, a):
+        half = (self.get(a) & np.uint64(0xFFFF)).astype(np.uint16).view(np.float16)
+        self.put_f32(d, half.astype(np.float32))
+
+    def op_cvt_rn_satfinite_e4m3x2_f32(self, d, a, b):
+        from nvfp4_aot.quantize import float_to_e4m3_rn_sat
+
+        hi, lo = float_to_e4m3_rn_sat(self.f32(a)), float_to_e4m3_rn_sat(self.f32(b))
+        self.put(d, (hi.astype(np.uint64) << np.uint64(8)) | lo.astype(np.uint64))
+
+    def op_cvt_rn_f16x2_e4m3x2(self, d, a):
+        from nvfp4_aot.layouts import E4M3_VALUES
+
+        out = np.uint64(0)
+        for shift in (0, 8):
+            code = ((self.get(a) >> np.uint64(shift)) & np.uint64(0xFF)).astype(np.intp)
+            half = E4M3_VALUES[code].astype(np.float16).view(np.uint16).astype(np.uint64)
+            out = out | (half << np.uint64(2 * shift))
+        self.put(d, out)
+
+    def _shape(self):
+        return next(iter(self.r.values())).shape
+
+
+def _split_args(text: str) -> list[str]:
+    """Operands separated by commas, a {a, b} group kept whole."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        depth += ch == "{"
+        depth -= ch == "}"
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    return parts + [current]
+
+
+def _hostile_blocks(count: int, dtype: str, rng) -> np.ndarray:
+    """(count, 16) float32 blocks: wide-range random, zeros, -0, NaN, inf, subnormal,
+    huge, and E2M1/E4M3 ties (for g = 1)."""
+    x = (rng.standard_normal((count, 16)) * 10.0 ** rng.uniform(-4, 4, (count, 1))).astype(
+        np.float32
+    )
+    kind = rng.integers(0, 12, count)
+    x[kind == 0] = 0.0
+    x[kind == 1] = -0.0
+    x[kind == 2, rng.integers(0, 16)] = np.nan
+    x[kind == 3, rng.integers(0, 16)] = np.inf
+    x[kind == 4, rng.integers(0, 16)] = -np.inf
+    x[kind == 5] *= 1e-40 if dtype == "bfloat16" else 1e-9
+    x[kind == 6] = (
+        np.clip(x[kind == 6] * 1e30, -6e4, 6e4) if dtype == "float16" else x[kind == 6] * 1e30
+    )
+    ties = np.float32([0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 5, 6])
+    tie_rows = np.nonzero(kind >= 7)[0]
+    values = ties[rng.integers(0, len(ties), (len(tie_rows), 16))]
+    values *= np.where(rng.random(values.shape) < 0.5, -1, 1)
+    values[:, 0] = 6
+    x[tie_rows] = values * np.float32(2.0) ** rng.integers(-6, 7, (len(tie_rows), 1))
+    return x
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_the_block_ptx_computes_the_reference_bytes(dtype):
+    from nvfp4_aot.kernels import nvfp4_quantize as kernel
+
+    rng = np.random.default_rng(11)
+    blocks = _hostile_blocks(6000, dtype, rng)
+    if dtype == "float16":
+        with np.errstate(over="ignore"):
+            bits = blocks.astype(np.float16).view(np.uint16)
+    else:
+        bits = (blocks.view(np.uint32) >> 16).astype(np.uint16)  # truncation keeps specials
+    words = bits[:, 0::2].astype(np.uint64) | (bits[:, 1::2].astype(np.uint64) << np.uint64(16))
+    interpreter = PtxBlock(kernel._BLOCK_PTX[dtype == "float16"])
+    for g in (np.float32(1.0), np.float32(0.37), np.float32(3e-30), np.float32(2.5e36)):
+        inputs = {f"${3 + i}": words[:, i] for i in range(8)}
+        inputs["$11"] = np.full(len(blocks), g.view(np.uint32), np.uint64)
+        result = interpreter.run(inputs)
+        codes = np.stack([result["$0"], result["$1"]], axis=1).astype(np.uint32)
+        got_packed = codes.view(np.uint8).reshape(len(blocks), 8)
+        got_scales = (result["$2"] & np.uint64(0xFF)).astype(np.uint8)
+        q = quantize(bits if dtype == "bfloat16" else bits.view(np.float16), g)
+        bad = np.nonzero((got_packed != q.packed).any(axis=1) | (got_scales != q.scales[:, 0]))[0]
+        assert len(bad) == 0, (
+            f"g={g}: block {bad[0]} x={as_float32_row(bits[bad[0]], dtype)} "
+            f"ptx codes {got_packed[bad[0]].tolist()} scale {got_scales[bad[0]]}, reference "
+            f"{q.packed[bad[0]].tolist()} scale {q.scales[bad[0], 0]}"
+        )
+
+
+def as_float32_row(bits: np.ndarray, dtype: str) -> list[float]:
+    from nvfp4_aot.quantize import as_float32
+
+    return as_float32(bits if dtype == "bfloat16" else bits.view(np.float16)).tolist()
