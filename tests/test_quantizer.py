@@ -61,7 +61,7 @@ def test_every_arch_has_one_quantizer_with_a_tiny_abi(arch):
     assert v.input_kinds == QUANTIZE_INPUT_KINDS
     assert [(p.offset, p.size) for p in v.params] == [(0, 8), (8, 8)]
     assert v.slots_for("plan") == [(0, 8)] and v.slots_for("run") == [(8, 8)]
-    assert v.grid[0].input == "num_ctas" and v.block == (256, 1, 1)
+    assert v.grid[0].input == "num_ctas" and v.block == (128, 1, 1)
     assert v.cluster == (1, 1, 1)
 
 
@@ -168,7 +168,7 @@ def test_plan_words_and_grid():
         1040, 33, 0, 1,
     )  # fmt: skip
     units = problem.scale_rows * 2
-    assert layout.launch.num_ctas == min(round_up(units, 8) // 8, 4 * 132)
+    assert layout.launch.num_ctas == min(round_up(units, 4) // 4, 4 * 132)
     assert layout.launch.grid == (layout.launch.num_ctas, 1, 1)
     inputs = layout.kernel_inputs(layout.launch, 1 << 40, 2)
     assert inputs == {
@@ -179,7 +179,7 @@ def test_plan_words_and_grid():
     assert len(layout.run_table([1, 2, 3, 4, 5, 6])) == layout.slot_bytes
     small = QuantizeLayout.build(make_problem(32, "plain", 1, None, 1, "bfloat16", None),
                                  _variant(), 132, 1)  # fmt: skip
-    assert small.launch.num_ctas == 128 // 8  # T = 1: 127 padding rows are units too
+    assert small.launch.num_ctas == 128 // 4  # T = 1: 127 padding rows are units too
 
 
 # the row map ----------------------------------------------------------------------------------
@@ -386,7 +386,7 @@ def test_plain_run_writes_the_reference_bytes(fake, dtype):
         }
         plan.run(**pointers)
         _check_run(fake, plan.problem, pointers, x[:, :k], 0.5)
-        assert len(fake.launches) == 1 and fake.launches[0].block == (256, 1, 1)
+        assert len(fake.launches) == 1 and fake.launches[0].block == (128, 1, 1)
 
 
 def test_contiguous_graph_replays_read_new_routings(fake):
@@ -516,7 +516,7 @@ def test_run_words_hold_the_addresses(fake):
         assert struct.unpack("<Q", launch.params[0])[0] == base  # the plan words
         words = struct.unpack_from(f"<{Q_WORDS}q", fake.read(base, 8 * Q_WORDS))
         assert words == tuple(plan.problem.plan_words())
-        assert launch.grid == (plan.layout.launch.num_ctas, 1, 1) and launch.block == (256, 1, 1)
+        assert launch.grid == (plan.layout.launch.num_ctas, 1, 1) and launch.block == (128, 1, 1)
     run = struct.unpack("<Q", launch.params[1])[0]
     assert RUN_FIELDS == ("x", "out", "scales", "global_scale", "routing", "index")
     # the fake's last async copy wrote the run words into that slot

@@ -30,9 +30,12 @@ make the kernel read or write outside the buffers the plan checked.
 
 Work: a warp takes one unit (a scale row x a segment of 128 blocks) at a time, grid-
 stride; lane l owns blocks l, l + 32, l + 64, l + 96 of the segment: two 16-byte loads a
-block (all eight issued before any math), an 8-byte store of codes, a scale byte. Each
-CTA first turns the contiguous offsets into the experts' scale segments in shared memory
-(a scan) and finds a row's expert by binary search there.
+block, an 8-byte store of codes, a scale byte. The loop is software-pipelined: the eight
+loads of the warp's next unit are issued before the current unit is quantized, so DRAM
+latency hides behind the math (the H200 measured 55-60 % of the copy bandwidth when each
+unit waited for its own loads). Each CTA first turns the contiguous offsets into the
+experts' scale segments in shared memory (a scan) and finds a row's expert by binary
+search there.
 """
 
 import cutlass
@@ -72,7 +75,7 @@ from ..quantize_layout import (
 
 FAMILY = "nvfp4_quantize"
 ARCHS = ("sm_90a", "sm_100a", "sm_103a")
-THREADS = 256
+THREADS = 128
 WARPS = THREADS // 32
 BLOCKS_PER_LANE = SEGMENT_BLOCKS // 32
 SF_ROWS = 128  # rows of a blocked-scale atom (512 bytes: 32 x 16)
@@ -394,8 +397,73 @@ def locate(plan, run, s, form, s_seg, s_first, s_rows):
 
 
 @cute.jit
+def unit_row(plan, run, unit, units, segments, form, s_seg, s_first, s_rows):
+    """(kind, input row, output row, scale row, segment) of ``unit``; ROW_NONE past the
+    plan's last unit."""
+    kind = cutlass.Int32(ROW_NONE)
+    in_row = cutlass.Int32(0)
+    out_row = cutlass.Int32(0)
+    s = cutlass.Int32(0)
+    segment = cutlass.Int32(0)
+    if unit < units:
+        s = unit // segments
+        segment = unit - s * segments
+        kind, in_row, out_row = locate(plan, run, s, form, s_seg, s_first, s_rows)
+    return kind, in_row, out_row, s, segment
+
+
+@cute.jit
+def load_unit(words: cute.Tensor, half: cutlass.Constexpr[int], x, row_stride, kind, in_row,
+              segment, lane, blocks):  # fmt: skip
+    """Issue the lane's 16-byte loads of a unit into words[32 * half ...] (zeros for
+    blocks past k and for rows that are not token rows)."""
+    x_row = x + cutlass.Int64(in_row) * row_stride
+    first_block = segment * SEGMENT_BLOCKS + lane
+    for j in cutlass.range_constexpr(BLOCKS_PER_LANE):
+        b = first_block + 32 * j
+        live = cutlass.Int32(0)
+        if kind == ROW_TOKENS:
+            if b < blocks:
+                live = cutlass.Int32(1)
+        address = x_row + cutlass.Int64(b) * 32
+        loaded = load_v4(address, live) + load_v4(address + 16, live)
+        for i in cutlass.range_constexpr(8):
+            words[32 * half + 8 * j + i] = loaded[i]
+
+
+@cute.jit
+def store_unit(words: cute.Tensor, fp16: cutlass.Constexpr[bool], g_bits, out, out_row_bytes,
+               scales, col_tiles, kind, out_row, s, segment, lane, blocks, blocks_padded):  # fmt: skip
+    """Quantize the unit held in words[0 .. 32] and store its codes and scale bytes (zero
+    scales for a padding row)."""
+    # the blocked-scale byte of (s, block b) is sf_row + (b // 4) * 512 + b % 4
+    s64 = cutlass.Int64(s)
+    sf_row = (
+        scales + (s64 // SF_ROWS) * col_tiles * 512 + (s64 % 32) * 16 + ((s64 % SF_ROWS) // 32) * 4
+    )
+    first_block = segment * SEGMENT_BLOCKS + lane
+    if kind == ROW_TOKENS:
+        out_row_address = out + cutlass.Int64(out_row) * out_row_bytes
+        for j in cutlass.range_constexpr(BLOCKS_PER_LANE):
+            b = first_block + 32 * j
+            if b < blocks_padded:
+                block = [words[8 * j + i] for i in range(8)]
+                lo, hi, sf = quantize_block(block, g_bits, fp16)
+                if b < blocks:
+                    store_v2(out_row_address + cutlass.Int64(b) * 8, lo, hi)
+                store_u8(sf_row + cutlass.Int64(b // 4 * 512 + b % 4), sf)
+    elif kind == ROW_PADDING:
+        for j in cutlass.range_constexpr(BLOCKS_PER_LANE):
+            b = first_block + 32 * j
+            if b < blocks_padded:
+                store_u8(sf_row + cutlass.Int64(b // 4 * 512 + b % 4), cutlass.Int32(0))
+
+
+@cute.jit
 def quantize_units(plan, run, form, s_seg, s_first, s_rows, fp16: cutlass.Constexpr[bool]):
-    """The warp's units, grid-stride."""
+    """The warp's units, grid-stride, software-pipelined: the loads of the next unit are
+    issued before the current one is quantized, so that every warp keeps its 4 KB of
+    loads in flight while it computes (DRAM latency is otherwise exposed once a unit)."""
     tidx, _, _ = cute.arch.thread_idx()
     cta, _, _ = cute.arch.block_idx()
     ctas, _, _ = cute.arch.grid_dim()
@@ -415,44 +483,30 @@ def quantize_units(plan, run, form, s_seg, s_first, s_rows, fp16: cutlass.Conste
         cute.make_ptr(cutlass.Int32, run[R_GLOBAL_SCALE], cute.AddressSpace.gmem, assumed_align=4),
         cute.make_layout(1),
     )[0]
-    for unit in cutlass.range(cta * WARPS + warp, units, ctas * WARPS, unroll=1):
-        s = unit // segments
-        segment = unit - s * segments
-        kind, in_row, out_row = locate(plan, run, s, form, s_seg, s_first, s_rows)
-        # the blocked-scale byte of (s, block b) is sf_row + (b // 4) * 512 + b % 4
-        s64 = cutlass.Int64(s)
-        sf_row = (
-            scales
-            + (s64 // SF_ROWS) * col_tiles * 512
-            + (s64 % 32) * 16
-            + ((s64 % SF_ROWS) // 32) * 4
+    words = cute.make_rmem_tensor(2 * 8 * BLOCKS_PER_LANE, cutlass.Int32)  # [this | next]
+    unit = cta * WARPS + warp
+    step = ctas * WARPS
+    kind, in_row, out_row, s, segment = unit_row(
+        plan, run, unit, units, segments, form, s_seg, s_first, s_rows
+    )
+    load_unit(words, 0, x, row_stride, kind, in_row, segment, lane, blocks)
+    iterations = (units - unit + step - 1) // step
+    for _iteration in cutlass.range(0, iterations, 1, unroll=1):
+        next_unit = unit + step
+        next_kind, next_in, next_out, next_s, next_segment = unit_row(
+            plan, run, next_unit, units, segments, form, s_seg, s_first, s_rows
         )
-        first_block = segment * SEGMENT_BLOCKS + lane
-        if kind == ROW_TOKENS:
-            x_row = x + cutlass.Int64(in_row) * row_stride
-            out_row_address = out + cutlass.Int64(out_row) * out_row_bytes
-            words = []
-            for j in cutlass.range_constexpr(BLOCKS_PER_LANE):
-                b = first_block + 32 * j
-                live = cutlass.Int32(0)
-                if b < blocks:
-                    live = cutlass.Int32(1)
-                address = x_row + cutlass.Int64(b) * 32
-                words.append(load_v4(address, live) + load_v4(address + 16, live))
-            for j in cutlass.range_constexpr(BLOCKS_PER_LANE):
-                b = first_block + 32 * j
-                if b < blocks_padded:
-                    lo, hi, sf = quantize_block(words[j], g_bits, fp16)
-                    if b < blocks:
-                        store_v2(out_row_address + cutlass.Int64(b) * 8, lo, hi)
-                    sf_col = cutlass.Int64(b // 4 * 512 + b % 4)
-                    store_u8(sf_row + sf_col, sf)
-        elif kind == ROW_PADDING:
-            for j in cutlass.range_constexpr(BLOCKS_PER_LANE):
-                b = first_block + 32 * j
-                if b < blocks_padded:
-                    sf_col = cutlass.Int64(b // 4 * 512 + b % 4)
-                    store_u8(sf_row + sf_col, cutlass.Int32(0))
+        load_unit(words, 1, x, row_stride, next_kind, next_in, next_segment, lane, blocks)
+        store_unit(words, fp16, g_bits, out, out_row_bytes, scales, col_tiles, kind, out_row,
+                   s, segment, lane, blocks, blocks_padded)  # fmt: skip
+        for i in cutlass.range_constexpr(8 * BLOCKS_PER_LANE):
+            words[i] = words[8 * BLOCKS_PER_LANE + i]
+        unit = next_unit
+        kind = next_kind
+        in_row = next_in
+        out_row = next_out
+        s = next_s
+        segment = next_segment
 
 
 @cute.kernel
