@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, in one device call: GPU tests, CLI from the installed
 # wheel, reliability, host path, kernel benchmark against torch, compute-sanitizer, MoE
-# (GPU tests, CLI verify, sanitizer), the MoE benchmark and the epilogues (alpha, BF16:
-# CLI verify, sanitizer, cost against the original epilogue).
+# (GPU tests, CLI verify, sanitizer), the MoE benchmark, the epilogues (alpha, BF16:
+# CLI verify, sanitizer, cost against the original epilogue), JAX and the activation
+# quantizer (GPU tests, benchmark, compute-sanitizer).
 # Run from the repo root on the GPU machine:  bash bench/h200_batch.sh 2>&1 | tee $OUT/batch.log
 # JSON results and the CLI transcript go to $OUT (default ./out). STEPS selects steps
 # (default: all). The wheel (python -m pip wheel --no-deps -w .carry/wheel .) is carried.
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
-STEPS=${STEPS:-env tests families choice cli reliability host bench sanitizer moe moebench epilogue jax}
+STEPS=${STEPS:-env tests families choice cli reliability host bench sanitizer moe moebench epilogue jax quant}
 FAMILIES="sm90_nvfp4_grouped_gemm sm90_nvfp4_grouped_gemm_a16"
 KERNELS=$(printf -- "--kernel %s " $FAMILIES)
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NVFP4_AOT_SHAPES=$PWD/tests/data/shapes.json
@@ -24,7 +25,7 @@ fi
 if want tests; then
   step "GPU tests (pytest -m gpu; NVFP4_AOT_REQUIRE_GPU=1: no GPU, driver, kernel or file fails)"
   NVFP4_AOT_REQUIRE_GPU=1 timeout 540 python3 -m pytest -q -m gpu tests/ -p no:cacheprovider \
-    --ignore=tests/test_jax_gpu.py 2>&1 | tail -15  # JAX: its own step (jax)
+    --ignore=tests/test_jax_gpu.py --ignore=tests/test_quantizer_gpu.py 2>&1 | tail -15  # own steps
   echo "pytest exit code: ${PIPESTATUS[0]}"
 fi
 if want families; then
@@ -137,5 +138,22 @@ if want jax; then
   XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 300 python3 bench/bench_jax.py \
     --json "$OUT/bench_jax_no_cmdbuf.json" 2>&1 | tail -20
   echo "bench_jax (command buffers off) exit code: ${PIPESTATUS[0]}"
+fi
+if want quant; then
+  step "quantizer: GPU tests (bytes = numpy reference, poison untouched), benchmark, compute-sanitizer"
+  NVFP4_AOT_REQUIRE_GPU=1 timeout 500 python3 -m pytest -q -rf tests/test_quantizer_gpu.py \
+    -p no:cacheprovider > "$OUT/quant_tests.log" 2>&1
+  echo "pytest exit code: $?"
+  sed -n '/= FAILURES =/,/short test summary/p' "$OUT/quant_tests.log" | cut -c1-2000 | head -40
+  tail -3 "$OUT/quant_tests.log"
+  timeout 400 python3 bench/bench_quantize.py --json "$OUT/bench_quantize.json" 2>&1 | tail -30
+  echo "bench_quantize exit code: ${PIPESTATUS[0]}"
+  QUANT_SUBSET="T129-k160 or T3-k48 or E8-T300 or E8-maxm100 or padding_rows"
+  for tool in memcheck racecheck; do
+    NVFP4_AOT_QUANT_ROUTINGS=2 NVFP4_AOT_REQUIRE_GPU=1 timeout 300 compute-sanitizer --tool $tool \
+      --error-exitcode 9 python3 -m pytest -q -x -p no:cacheprovider tests/test_quantizer_gpu.py \
+      -k "$QUANT_SUBSET" 2>&1 | tail -12
+    echo "quant $tool exit code: ${PIPESTATUS[0]}"
+  done
 fi
 step done

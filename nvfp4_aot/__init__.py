@@ -18,6 +18,7 @@ _EXPORTS = {
     "grouped_gemm": "plan",
     "clear_plan_cache": "plan",
     "MoeGemmPlan": "moe",
+    "QuantizePlan": "quantizer",
     "ArtifactError": "errors",
     "CudaError": "errors",
     "InvalidProblemError": "errors",

@@ -45,9 +45,20 @@ ALPHA_INPUT_KINDS: dict[str, str] = {
     "alpha_pointers": "pointer",  # int64 [G] device address of each group's FP32 alpha
 }
 OUT_DTYPES = ("float16", "bfloat16")  # the C dtypes the GEMM epilogues write
+# The NVFP4 activation quantizer (nvfp4_aot/kernels/nvfp4_quantize.py, nvfp4_aot/quantizer.py):
+QUANTIZE_INPUT_KINDS: dict[str, str] = {
+    "plan": "pointer",  # int64 words written once per plan: form, sizes, strides
+    "run": "pointer",  # int64 words per run: X, codes, scales, global scale, routing, index
+    "num_ctas": "int32",  # the grid: CTAs striding over the plan's units
+}
 ROLE_GEMM = "grouped_gemm"
 ROLE_ROUTING = "moe_routing"
-ROLE_INPUTS = {ROLE_GEMM: INPUT_KINDS, ROLE_ROUTING: ROUTING_INPUT_KINDS}
+ROLE_QUANTIZE = "nvfp4_quantize"
+ROLE_INPUTS = {
+    ROLE_GEMM: INPUT_KINDS,
+    ROLE_ROUTING: ROUTING_INPUT_KINDS,
+    ROLE_QUANTIZE: QUANTIZE_INPUT_KINDS,
+}
 INPUT_SIZES = {"pointer": 8, "int32": 4}
 
 

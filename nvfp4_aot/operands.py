@@ -36,13 +36,14 @@ _DLPACK_DTYPES = {
     (0, 8, 1): "i1",
     (2, 16, 1): "f2",
     (0, 32, 1): "i4",  # int32: MoE routing counts and offsets
-    (2, 32, 1): "f4",  # float32: per-group alpha
+    (2, 32, 1): "f4",  # float32: per-group alpha, the quantizer's global scale
     (4, 16, 1): "bf16",  # kDLBfloat
     (10, 8, 1): "e4m3",  # kDLFloat8_e4m3fn
     (17, 4, 2): "e2m1x2",  # kDLFloat4_e2m1fn, two lanes in a byte
     (17, 4, 1): "e2m1",
+    (1, 16, 1): "u2",  # the activation quantizer's input: bfloat16 as uint16 bit patterns
 }
-_TYPESTRS = {"u1": "u1", "i1": "i1", "f2": "f2", "V1": "v1", "i4": "i4", "f4": "f4"}
+_TYPESTRS = {"u1": "u1", "i1": "i1", "f2": "f2", "V1": "v1", "i4": "i4", "u2": "u2", "f4": "f4"}
 _BITS = {
     "u1": 8,
     "i1": 8,
@@ -54,6 +55,7 @@ _BITS = {
     "i4": 32,
     "f4": 32,
     "bf16": 16,
+    "u2": 16,
 }
 
 

@@ -362,6 +362,8 @@ ARGUMENT_STEMS = {
     "ptr_of_plan": "plan",
     "ptr_of_run": "run",
     "num_chunks": "num_chunks",
+    # the activation quantizer (plan and run as above)
+    "num_ctas": "num_ctas",
 }
 
 

@@ -1,17 +1,17 @@
 """Kernel families: CuTe DSL sources, imported only by the build step.
 
 This ``__init__`` imports nothing from the DSL: it only names the families, what each
-one does (its role: a grouped GEMM, or the MoE routing setup that fills a grouped GEMM's
-tables on the device), the architectures each one serves, the epilogues each GEMM is
-baked with and the workspace each one needs, so that the build, the kernels and the
-runtime agree.
+one does (its role: a grouped GEMM, the MoE routing setup that fills a grouped GEMM's
+tables on the device, or the NVFP4 activation quantizer), the architectures each one
+serves, the epilogues each GEMM is baked with and the workspace each one needs, so that
+the build, the kernels and the runtime agree.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..manifest import EPILOGUES, ROLE_GEMM, ROLE_ROUTING, Epilogue, Workspace
+from ..manifest import EPILOGUES, ROLE_GEMM, ROLE_QUANTIZE, ROLE_ROUTING, Epilogue, Workspace
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,16 @@ FAMILIES = (
         ("sm_90a", "sm_100a", "sm_103a"),
         role=ROLE_ROUTING,
         groups=(120,),
+        epilogues=(),
+    ),
+    # BF16/FP16 activations -> packed FP4 + blocked E4M3 scales (plain, contiguous and
+    # masked MoE forms); one variant, its "group count" 1 a placeholder of the bake's key.
+    KernelFamily(
+        "nvfp4_quantize",
+        "nvfp4_aot.kernels.nvfp4_quantize",
+        ("sm_90a", "sm_100a", "sm_103a"),
+        role=ROLE_QUANTIZE,
+        groups=(1,),
         epilogues=(),
     ),
 )

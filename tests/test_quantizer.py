@@ -1,0 +1,768 @@
+"""The activation quantizer on the CPU: plan words and checks (nvfp4_aot.quantize_layout,
+nvfp4_aot.quantizer), the row map (nvfp4_aot.quantize_routing), the baked variants' ABI,
+the kernel's PTX, and whole runs against a fake driver that executes the kernel's
+algorithm in numpy: the words it reads, its unit loop, expert search, clamps and
+addresses, written line by line after nvfp4_aot/kernels/nvfp4_quantize.py, with the
+reference for the block math. The kernel's bytes themselves are checked on the GPU
+(tests/test_quantizer_gpu.py)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+
+import numpy as np
+import pytest
+
+from fake_driver import FakeDriver, installed
+from nvfp4_aot import loader
+from nvfp4_aot.blocked import blocked_scale_bytes
+from nvfp4_aot.errors import InvalidProblemError
+from nvfp4_aot.intmath import round_up
+from nvfp4_aot.manifest import QUANTIZE_INPUT_KINDS, ROLE_QUANTIZE
+from nvfp4_aot.moe_layout import contiguous_scale_rows, scale_offsets
+from nvfp4_aot.quantize import quantize
+from nvfp4_aot.quantize_layout import (
+    FORM_CONTIGUOUS,
+    FORM_MASKED,
+    Q_WORDS,
+    R_GLOBAL_SCALE,
+    R_INDEX,
+    R_OUT,
+    R_ROUTING,
+    R_SCALES,
+    R_WORDS,
+    R_X,
+    RUN_FIELDS,
+    SEGMENT_BLOCKS,
+    QuantizeLayout,
+)
+from nvfp4_aot.quantize_routing import expected_outputs, row_map
+from nvfp4_aot.quantizer import QuantizePlan, make_problem
+from support import FakeArray, kernel_params_of
+
+MANIFEST = loader.load_manifest()  # the committed artifacts
+SF_ROWS = 128
+
+
+def _variant(arch="sm_90a"):
+    (variant,) = [v for v in MANIFEST.variants if v.role == ROLE_QUANTIZE and v.arch == arch]
+    return variant
+
+
+# the baked variants ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a", "sm_103a"])
+def test_every_arch_has_one_quantizer_with_a_tiny_abi(arch):
+    v = _variant(arch)
+    assert v.family == "nvfp4_quantize" and v.num_groups == 1
+    assert v.input_kinds == QUANTIZE_INPUT_KINDS
+    assert [(p.offset, p.size) for p in v.params] == [(0, 8), (8, 8)]
+    assert v.slots_for("plan") == [(0, 8)] and v.slots_for("run") == [(8, 8)]
+    assert v.grid[0].input == "num_ctas" and v.block == (128, 1, 1)
+    assert v.cluster == (1, 1, 1)
+
+
+def test_the_block_ptx_follows_the_reference_rules():
+    from nvfp4_aot.kernels import nvfp4_quantize as kernel  # PTX text only: no DSL run
+
+    for fp16, ptx in kernel._BLOCK_PTX.items():
+        assert ptx.count("div.rn.f32") == 2 and "div.full" not in ptx and "approx" not in ptx
+        assert ".ftz" not in ptx
+        assert ptx.count("mul.rn.f32 q,") == 16 and ptx.count("fma.rn.sat.f32") == 16 * 7
+        assert ptx.count("max.NaN.") == 8
+        assert "cvt.rn.satfinite.e4m3x2.f32" in ptx and "selp.b32 sfb, 127, sfb, pn;" in ptx
+        assert ("cvt.f32.f16 x0" in ptx) == fp16
+
+
+def _f32(pattern: str) -> np.float32:
+    return np.frombuffer(int(pattern[2:], 16).to_bytes(4, "little"), np.float32)[0]
+
+
+def e2m1_code_of_the_kernel(q: np.ndarray) -> np.ndarray:
+    """The kernel's magnitude code of float32 q >= 0 (or NaN): seven saturating FMAs
+    with the constants baked into its PTX, summed onto 2^23."""
+    from nvfp4_aot.kernels import nvfp4_quantize as kernel
+
+    q = np.asarray(q, np.float32)
+    acc = np.full(q.shape, _f32(kernel._MAGIC), np.float32)
+    with np.errstate(all="ignore"):
+        for _threshold, _inclusive, scale, offset in kernel._STEPS:
+            # q * 2^b is exact; float64 holds q * 2^b + c exactly wherever it lands in
+            # [0, 1], so one rounding to float32 is fma.rn's
+            exact = q.astype(np.float64) * np.float64(_f32(scale)) + np.float64(_f32(offset))
+            step = exact.astype(np.float32)
+            acc = acc + np.where(np.isnan(step), np.float32(0), np.clip(step, 0, 1))
+    return (acc.view(np.int32) - _f32(kernel._MAGIC).view(np.int32)).astype(np.uint8)
+
+
+def test_the_kernels_e2m1_steps_are_the_reference_rounding():
+    """Every float32 within 2^16 ulps of a threshold or grid point, 2^22 random ones in
+    [0, 8], and the specials (the whole of [0, 8], 1.09e9 values, was checked once with
+    NVFP4_AOT_EXHAUSTIVE=1)."""
+    from nvfp4_aot.quantize import float_to_fp4_rne_sat
+
+    rng = np.random.default_rng(0)
+    points = np.float32([0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 5, 6, 8])
+    near = (points.view(np.int32)[:, None] + np.arange(-(2**16), 2**16)[None, :]).ravel()
+    chunks = [near.astype(np.int32).view(np.float32)]
+    chunks.append(rng.uniform(0, 8, 2**22).astype(np.float32))
+    chunks.append(np.float32([0, 1e-45, 1e-38, 8.5, 100, 3e38, np.inf, np.nan]))
+    if os.environ.get("NVFP4_AOT_EXHAUSTIVE") == "1":
+        top = int(np.float32(8).view(np.uint32)) + 1
+        chunks = [np.arange(s, min(s + 2**24, top), dtype=np.uint32).view(np.float32)
+                  for s in range(0, top, 2**24)] + chunks  # fmt: skip
+    for q in chunks:
+        expected = float_to_fp4_rne_sat(q) & 7
+        assert np.array_equal(e2m1_code_of_the_kernel(q), expected)
+
+
+# plan-time checks --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [(dict(k=40, rows=8), r"k must be a multiple of 16, got 40"),
+     (dict(k=32), r"the plain form needs rows"),
+     (dict(k=32, rows=4, capacity=8), r"capacity must be rows = 4"),
+     (dict(k=32, rows=4, experts=2), r"the plain form has one expert"),
+     (dict(k=32, form="contiguous", rows=4), r"the contiguous form needs capacity"),
+     (dict(k=32, form="masked", experts=2), r"the masked form needs capacity"),
+     (dict(k=32, form="masked", experts=2, capacity=4, rows=9), r"rows must be experts \* capacity = 8"),
+     (dict(k=32, form="sparse", rows=4), r"form must be one of"),
+     (dict(k=32, rows=4, dtype="float32"), r"dtype must be one of"),
+     (dict(k=32, rows=4, row_stride=36), r"row_stride must be >= k = 32 and a multiple of 8"),
+     (dict(k=32, rows=4, row_stride=16), r"row_stride must be >= k"),
+     (dict(k=32, rows=0), r"rows must be an int >= 1, got 0"),
+     (dict(k=32, form="contiguous", capacity=8, experts=1025), r"experts must be <= 1024"),
+     (dict(k=16384, rows=2**18), r"do not fit int32"),
+     (dict(k=32, form="contiguous", capacity=2**25, experts=128), r"must fit int32")],
+)  # fmt: skip
+def test_plan_arguments_are_checked(kwargs, message):
+    k = kwargs.pop("k")
+    args = dict(form="plain", rows=None, capacity=None, experts=1, dtype="bfloat16",
+                row_stride=None) | kwargs  # fmt: skip
+    with pytest.raises(InvalidProblemError, match=message):
+        make_problem(k, **args)
+
+
+def test_scale_rows_match_the_gemm_layouts():
+    plain = make_problem(64, "plain", 300, None, 1, "bfloat16", None)
+    assert plain.operand_bytes()["scales"] == blocked_scale_bytes(300, 64)
+    contiguous = make_problem(2080, "contiguous", 50, 300, 8, "float16", None)
+    assert contiguous.scale_rows == contiguous_scale_rows(300, 8)
+    assert contiguous.operand_bytes()["scales"] == contiguous_scale_rows(300, 8) * 132
+    masked = make_problem(2080, "masked", None, 100, 8, "float16", None)
+    assert masked.operand_bytes()["scales"] == 8 * blocked_scale_bytes(100, 2080)
+    assert masked.operand_bytes()["out"] == 8 * 100 * 1040
+
+
+def test_plan_words_and_grid():
+    problem = make_problem(2080, "contiguous", 1000, 3000, 64, "float16", 2096)
+    layout = QuantizeLayout.build(problem, _variant(), sm_count=132, ring_slots=4)
+    words = struct.unpack_from(f"<{Q_WORDS}q", layout.static_tables(1 << 40))
+    assert words[:14] == (
+        FORM_CONTIGUOUS, 64, 3000, 1000, 2080, 130, 132, 2, problem.scale_rows * 2, 4192,
+        1040, 33, 0, 1,
+    )  # fmt: skip
+    units = problem.scale_rows * 2
+    assert layout.launch.num_ctas == min(round_up(units, 4) // 4, 4 * 132)
+    assert layout.launch.grid == (layout.launch.num_ctas, 1, 1)
+    inputs = layout.kernel_inputs(layout.launch, 1 << 40, 2)
+    assert inputs == {
+        "plan": 1 << 40,
+        "run": (1 << 40) + layout.slot_offset(2),
+        "num_ctas": layout.launch.num_ctas,
+    }
+    assert len(layout.run_table([1, 2, 3, 4, 5, 6])) == layout.slot_bytes
+    small = QuantizeLayout.build(make_problem(32, "plain", 1, None, 1, "bfloat16", None),
+                                 _variant(), 132, 1)  # fmt: skip
+    assert small.launch.num_ctas == 128 // 4  # T = 1: 127 padding rows are units too
+
+
+# the row map ----------------------------------------------------------------------------------
+
+
+def test_row_map_by_hand():
+    problem = make_problem(64, "contiguous", None, 400, 5, "float16", None)
+    counts = [1, 0, 129, 128, 100]
+    routing = np.concatenate([[0], np.cumsum(counts)])
+    rows = row_map(problem, routing)
+    starts = scale_offsets(counts)
+    assert starts == [0, 128, 128, 384, 512]
+    assert rows.scale_rows.tolist() == list(range(128)) + list(range(128, 640))
+    assert rows.out_rows[:2].tolist() == [0, -1]
+    assert (rows.out_rows[128 : 128 + 129] == np.arange(1, 130)).all()
+    masked = make_problem(32, "masked", None, 200, 3, "float16", None)
+    rows = row_map(masked, [5, -4, 1000])
+    assert rows.scale_rows.tolist() == list(range(128)) + list(range(512, 768))
+    assert rows.out_rows[:6].tolist() == [0, 1, 2, 3, 4, -1]
+    assert rows.out_rows[128:].max() == 2 * 200 + 199
+
+
+def test_expected_outputs_of_the_plain_form_are_the_reference():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((200, 96)).astype(np.float16)
+    problem = make_problem(96, "plain", 200, None, 1, "float16", None)
+    expected = expected_outputs(problem, x, np.float32(3.0))
+    q = quantize(x, 3.0)
+    assert (expected.scales == q.scales_blocked).all() and expected.scales_written.all()
+    assert (expected.out == q.packed.ravel()).all() and expected.out_written.all()
+
+
+# whole runs against a fake driver that executes the kernel's algorithm --------------------
+
+
+def _clamp(value, low, high):
+    return min(max(value, low), high)
+
+
+def emulate_kernel(memory, plan_address: int, run_address: int, num_ctas: int) -> None:
+    """What nvfp4_quantize's kernel writes, following its code: the words it reads,
+    expert_segments, locate (the binary search), the unit loop's addresses."""
+    plan = struct.unpack("<16q", memory.read(plan_address, 8 * Q_WORDS))
+    run = struct.unpack("<8Q", memory.read(run_address, 8 * R_WORDS))
+    form, experts, capacity, input_rows, k, blocks, blocks_padded = plan[:7]
+    segments, units, row_stride, out_row_bytes, col_tiles, expert_scale_rows, fp16 = plan[7:14]
+    assert units % segments == 0 and num_ctas >= 1
+    s_seg, s_first, s_rows = [], [], []
+    if form == FORM_CONTIGUOUS:
+        offsets = np.frombuffer(memory.read(run[R_ROUTING], 4 * (experts + 1)), np.int32)
+        carried = 0
+        for e in range(experts):
+            first = _clamp(int(offsets[e]), 0, capacity)
+            rows = _clamp(int(offsets[e + 1]), first, capacity) - first
+            s_seg.append(carried)
+            s_first.append(first)
+            s_rows.append(rows)
+            carried += round_up(rows, SF_ROWS)
+        s_seg.append(carried)
+    g = np.frombuffer(memory.read(run[R_GLOBAL_SCALE], 4), np.float32)[0]
+    token_rows = []  # (scale row, input row, output row)
+    for s in range(units // segments):
+        kind, in_row, out_row = None, 0, 0
+        if form == FORM_CONTIGUOUS:
+            low, length = 0, experts
+            for _step in range((1024).bit_length()):
+                half = length // 2
+                if length > 0:
+                    if s_seg[low + half] <= s:
+                        low, length = low + half + 1, length - half - 1
+                    else:
+                        length = half
+            expert = low - 1
+            r = s - s_seg[expert]
+            if s < s_seg[experts] and r >= 0:
+                kind = "padding"
+                if r < s_rows[expert]:
+                    kind, out_row = "tokens", s_first[expert] + r
+                    in_row = out_row
+                    if run[R_INDEX]:
+                        entry = memory.read(run[R_INDEX] + 4 * out_row, 4)
+                        in_row = _clamp(struct.unpack("<i", entry)[0], 0, input_rows - 1)
+        elif form == FORM_MASKED:
+            expert, r = divmod(s, expert_scale_rows)
+            count = struct.unpack("<i", memory.read(run[R_ROUTING] + 4 * expert, 4))[0]
+            rows = _clamp(count, 0, capacity)
+            if r < rows:
+                kind, out_row, in_row = "tokens", expert * capacity + r, expert * capacity + r
+            elif r < round_up(rows, SF_ROWS):
+                kind = "padding"
+        else:
+            kind = "tokens" if s < capacity else "padding"
+            out_row = in_row = s
+        if kind == "tokens":
+            token_rows.append((s, in_row, out_row))
+        elif kind == "padding":
+            for b in range(blocks_padded):
+                memory.write(_scale_address(run[R_SCALES], s, b, col_tiles), b"\0")
+    if not token_rows:
+        return
+    dtype = np.float16 if fp16 else np.uint16
+    x = np.stack([
+        np.frombuffer(memory.read(run[R_X] + i * row_stride, 2 * k), dtype)
+        for _s, i, _o in token_rows
+    ])  # fmt: skip
+    q = quantize(x, g)
+    for (s, _i, o), codes, scales in zip(token_rows, q.packed, q.scales):
+        memory.write(run[R_OUT] + o * out_row_bytes, codes.tobytes())
+        for b in range(blocks_padded):
+            value = int(scales[b]) if b < blocks else 0
+            memory.write(_scale_address(run[R_SCALES], s, b, col_tiles), bytes([value]))
+
+
+def _scale_address(scales: int, s: int, b: int, col_tiles: int) -> int:
+    """The kernel's blocked-scale address of (scale row s, block b)."""
+    row = scales + (s // SF_ROWS) * col_tiles * 512 + (s % 32) * 16 + ((s % SF_ROWS) // 32) * 4
+    return row + b // 4 * 512 + b % 4
+
+
+class QuantizerFake(FakeDriver):
+    """A fake whose quantizer launches (eager or replayed from a graph) run
+    :func:`emulate_kernel` on the simulated memory."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("kernel_params", kernel_params_of(MANIFEST))
+        kwargs.setdefault("capability", (9, 0))
+        super().__init__(**kwargs)
+        self.emulate = True  # False: record launches only (operands at made-up addresses)
+
+    def write(self, address: int, data: bytes) -> None:
+        self._write(address, data)
+
+    def cuMemcpyDtoH(self, dst, src, size):
+        ctypes.memmove(dst, self.read(int(src), size), size)
+        return (0,)
+
+    def cuStreamSynchronize(self, stream):
+        return (0,)
+
+    def _run(self, launch) -> None:
+        if not self.emulate:
+            return
+        plan_ptr, run_ptr = (struct.unpack("<Q", p)[0] for p in launch.params)
+        emulate_kernel(self, plan_ptr, run_ptr, launch.grid[0])
+
+    def cuLaunchKernelEx(self, config, function, kernel_params, extra):
+        result = super().cuLaunchKernelEx(config, function, kernel_params, extra)
+        if int(config.hStream) not in self._capturing:
+            self._run(self.launches[-1])
+        return result
+
+    def cuGraphLaunch(self, executable, stream):
+        before = len(self.launches)
+        result = super().cuGraphLaunch(executable, stream)
+        for launch in self.launches[before:]:
+            self._run(launch)
+        return result
+
+
+@pytest.fixture
+def fake():
+    with installed(QuantizerFake()) as driver_fake:
+        yield driver_fake
+
+
+def _upload(fake, array) -> int:
+    data = np.ascontiguousarray(array).tobytes()
+    pointer = fake.cuMemAlloc(max(len(data), 1))[1]
+    fake.write(pointer, data)
+    return pointer
+
+
+def _buffer(fake, size: int, fill: int = 0xA5) -> int:
+    pointer = fake.cuMemAlloc(size)[1]
+    fake.write(pointer, bytes([fill]) * size)
+    return pointer
+
+
+def _check_run(fake, problem, pointers, x, g, routing=None, index=None, fill=0xA5):
+    expected = expected_outputs(problem, x, np.float32(g), routing, index)
+    sizes = problem.operand_bytes()
+    for name, want, mask in (("out", expected.out, expected.out_written),
+                             ("scales", expected.scales, expected.scales_written)):  # fmt: skip
+        got = np.frombuffer(fake.read(pointers[name], sizes[name]), np.uint8)
+        assert (got == np.where(mask, want, np.uint8(fill))).all(), name
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_plain_run_writes_the_reference_bytes(fake, dtype):
+    rows, k, stride = 130, 96, 104
+    rng = np.random.default_rng(1)
+    values = rng.standard_normal((rows, stride)).astype(np.float32)
+    x = (
+        values.astype(np.float16)
+        if dtype == "float16"
+        else (values.view(np.uint32) >> 16).astype(np.uint16)
+    )
+    with QuantizePlan(k, rows=rows, dtype=dtype, row_stride=stride) as plan:
+        pointers = {
+            "x": _upload(fake, x),
+            "out": _buffer(fake, rows * k // 2),
+            "scales": _buffer(fake, plan.scale_bytes),
+            "global_scale": _upload(fake, np.float32([0.5])),
+        }
+        plan.run(**pointers)
+        _check_run(fake, plan.problem, pointers, x[:, :k], 0.5)
+        assert len(fake.launches) == 1 and fake.launches[0].block == (128, 1, 1)
+
+
+def test_contiguous_graph_replays_read_new_routings(fake):
+    experts, tokens, capacity, k = 6, 50, 300, 2080
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((tokens, k)).astype(np.float16)
+    with QuantizePlan(k, form="contiguous", rows=tokens, capacity=capacity, experts=experts,
+                      dtype="float16") as plan:  # fmt: skip
+        pointers = {
+            "x": _upload(fake, x),
+            "out": _buffer(fake, capacity * k // 2),
+            "scales": _buffer(fake, plan.scale_bytes),
+            "global_scale": _upload(fake, np.float32([2.0])),
+            "routing": _buffer(fake, 4 * (experts + 1)),
+            "index": _buffer(fake, 4 * capacity),
+        }
+        stream = fake.cuStreamCreate(0)[1]
+        fake.cuStreamBeginCapture(stream, 0)
+        plan.run(**pointers, stream=stream)
+        graph = fake.cuGraphInstantiate(fake.cuStreamEndCapture(stream)[1], 0)[1]
+        routings = [[0, 0, 100, 100, 250, 251, 300], [0, 300, 300, 300, 300, 300, 300],
+                    [0] * 7, [-5, 400, 3, 2, 1000, -1, 7]]  # fmt: skip
+        for routing in routings:
+            index = rng.integers(-10, tokens + 10, size=capacity)
+            fake.write(pointers["routing"], np.int32(routing).tobytes())
+            fake.write(pointers["index"], np.int32(index).tobytes())
+            for name in ("out", "scales"):
+                size = plan.problem.operand_bytes()[name]
+                fake.write(pointers[name], b"\xa5" * size)
+            fake.cuGraphLaunch(graph, stream)
+            _check_run(fake, plan.problem, pointers, x, 2.0, routing, index)
+
+
+def test_masked_run_clamps_counts(fake):
+    experts, max_m, k = 4, 70, 48
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((experts, max_m, k)).astype(np.float16)
+    with QuantizePlan(k, form="masked", capacity=max_m, experts=experts, dtype="float16") as plan:
+        routing = np.int32([3, -2, 1000, 70])
+        pointers = {
+            "x": _upload(fake, x),
+            "out": _buffer(fake, experts * max_m * k // 2),
+            "scales": _buffer(fake, plan.scale_bytes),
+            "global_scale": _upload(fake, np.float32([1.0])),
+            "routing": _upload(fake, routing),
+        }
+        plan.run(**pointers)
+        _check_run(fake, plan.problem, pointers, x.reshape(-1, k), 1.0, routing)
+
+
+# run-time checks -------------------------------------------------------------------------
+
+BASE = 0x7000_0000_0000
+
+
+def _operands(k=64, rows=100, x_typestr="<f2"):
+    return {
+        "x": FakeArray(BASE, (rows, k), x_typestr),
+        "out": FakeArray(BASE + 0x1000_0000, (rows, k // 2), "|u1"),
+        "scales": FakeArray(BASE + 0x2000_0000, (blocked_scale_bytes(rows, k),), "|u1"),
+        "global_scale": FakeArray(BASE + 0x3000_0000, (1,), "<f4"),
+    }
+
+
+@pytest.mark.parametrize(
+    "field, replacement, message",
+    [("x", FakeArray(BASE, (100, 64), "|u1"), r"^x must have dtype float16 \(f2\), got u1"),
+     ("x", FakeArray(BASE, (99, 64), "<f2"), r"^x must have shape \(100, 64\), got \(99, 64\)"),
+     ("x", FakeArray(BASE, (100, 64), "<f2", strides=(256, 2)), r"^x must have strides \(64, 1\)"),
+     ("x", FakeArray(BASE + 8, (100, 64), "<f2"), r"^x must be 16-byte aligned"),
+     ("out", FakeArray(BASE, (100, 64), "|u1"), r"^out must be C-contiguous uint8 of shape \(100, 32\)"),
+     ("out", FakeArray(BASE + 0x1000_0000, (100, 32), "|u1", readonly=True), r"^out is read-only"),
+     ("scales", FakeArray(BASE + 0x2000_0000, (100,), "|u1"), r"^scales must hold at least 512 bytes"),
+     ("global_scale", FakeArray(BASE + 0x3000_0000, (1,), "<f2"), r"^global_scale must have dtype float32"),
+     ("global_scale", 0, r"^global_scale is a null pointer"),
+     ("routing", FakeArray(BASE + 0x4000_0000, (2,), "<i4"), r"^routing is not an operand of the plain form"),
+     ("index", 0x5000_0000_0000, r"^index is not an operand of the plain form"),
+     ("out", BASE + 0x100, r"^out overlaps x"),
+     ("scales", FakeArray(BASE + 0x2000_0000, (512,), "|u1", device=1), r"^scales is on device 1")],
+)  # fmt: skip
+def test_run_arguments_are_checked(fake, field, replacement, message):
+    with QuantizePlan(64, rows=100, dtype="float16") as plan:
+        operands = _operands() | {field: replacement}
+        with pytest.raises(InvalidProblemError, match=message):
+            plan.run(**operands)
+        assert not fake.launches
+
+
+def test_contiguous_and_masked_operand_checks(fake):
+    with QuantizePlan(64, form="contiguous", rows=10, capacity=100, experts=4,
+                      dtype="float16") as plan:  # fmt: skip
+        operands = _operands(rows=100) | {
+            "x": FakeArray(BASE, (10, 64), "<f2"),
+            "scales": FakeArray(BASE + 0x2000_0000, (contiguous_scale_rows(100, 4) * 4,), "|u1"),
+        }
+        with pytest.raises(InvalidProblemError, match=r"^routing is a null pointer"):
+            plan.run(**operands)
+        routing = FakeArray(BASE + 0x4000_0000, (5,), "<i4")
+        with pytest.raises(
+            InvalidProblemError, match=r"the plan's rows \(10\) must be >= capacity"
+        ):
+            plan.run(**operands, routing=routing)
+        with pytest.raises(InvalidProblemError, match=r"^index must be int32 index\[capacity\]"):
+            plan.run(**operands, routing=routing, index=FakeArray(BASE + 0x5000_0000, (99,), "<i4"))
+        with pytest.raises(InvalidProblemError, match=r"^routing must be int32 offsets\[E \+ 1\]"):
+            plan.run(**operands, routing=FakeArray(BASE + 0x4000_0000, (4,), "<i4"))
+    with QuantizePlan(64, form="masked", capacity=25, experts=4, dtype="float16") as plan:
+        operands = _operands(rows=100) | {
+            "x": FakeArray(BASE, (4, 25, 64), "<f2"),
+            "out": FakeArray(BASE + 0x1000_0000, (4, 25, 32), "|u1"),
+            "scales": FakeArray(BASE + 0x2000_0000, (4 * blocked_scale_bytes(25, 64),), "|u1"),
+        }
+        with pytest.raises(InvalidProblemError, match=r"^routing must be int32 masked_m\[E\]"):
+            plan.run(**operands, routing=FakeArray(BASE + 0x4000_0000, (5,), "<i4"))
+        with pytest.raises(InvalidProblemError, match=r"^index is not an operand of the masked"):
+            plan.run(**operands, routing=BASE + 0x4000_0000, index=BASE + 0x5000_0000)
+        # accepted (staged for a graph replay, not launched: nothing lives at BASE)
+        plan.set_graph_operands(**operands, routing=FakeArray(BASE + 0x4000_0000, (4,), "<i4"))
+
+
+def test_run_words_hold_the_addresses(fake):
+    fake.emulate = False
+    with QuantizePlan(64, rows=100, dtype="float16") as plan:
+        plan.run(**_operands())
+        (launch,) = fake.launches
+        base = plan._launcher.base
+        assert struct.unpack("<Q", launch.params[0])[0] == base  # the plan words
+        words = struct.unpack_from(f"<{Q_WORDS}q", fake.read(base, 8 * Q_WORDS))
+        assert words == tuple(plan.problem.plan_words())
+        assert launch.grid == (plan.layout.launch.num_ctas, 1, 1) and launch.block == (128, 1, 1)
+    run = struct.unpack("<Q", launch.params[1])[0]
+    assert RUN_FIELDS == ("x", "out", "scales", "global_scale", "routing", "index")
+    # the fake's last async copy wrote the run words into that slot
+    dst, data, _stream = fake.copies[-1]
+    assert dst == run
+    words = struct.unpack_from("<6Q", data)
+    assert words == (BASE, BASE + 0x1000_0000, BASE + 0x2000_0000, BASE + 0x3000_0000, 0, 0)
+
+
+def test_segment_covers_four_blocks_per_lane():
+    assert SEGMENT_BLOCKS == 32 * 4
+    assert (R_X, R_OUT, R_SCALES, R_GLOBAL_SCALE, R_ROUTING, R_INDEX) == tuple(range(6))
+    assert FORM_MASKED == 2
+
+
+# the block PTX, interpreted -------------------------------------------------------------------
+
+
+class PtxBlock:
+    """A numpy interpreter for the instructions of the kernel's block PTX (vectorised over
+    many blocks), so that the PTX text that is baked (its registers, word order, prmt
+    selectors, constants) is checked against the reference on the CPU. Semantics follow
+    the PTX ISA; the E4M3 conversions are the reference's rounding (what the ISA states
+    for cvt.rn.satfinite)."""
+
+    def __init__(self, ptx: str):
+        self.lines = [
+            line.strip().rstrip(";")
+            for line in ptx.splitlines()
+            if line.strip() and line.strip()[0] not in "{}."
+        ]
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.r = {name: value.astype(np.uint64) for name, value in inputs.items()}
+        for line in self.lines:
+            op, rest = line.split(None, 1)
+            args = [a.strip() for a in _split_args(rest)]
+            getattr(self, "op_" + op.replace(".", "_"))(*args)
+        return self.r
+
+    # operands
+    def get(self, a: str) -> np.ndarray:
+        if a in self.r:
+            return self.r[a]
+        if a.startswith("0f"):
+            return np.uint64(int(a[2:], 16))
+        return np.uint64(int(a, 0) % 2**32)
+
+    def put(self, d: str, value) -> None:
+        self.r[d] = np.asarray(value).astype(np.uint64) & np.uint64(0xFFFFFFFF)
+
+    def f32(self, a: str) -> np.ndarray:
+        return np.asarray(self.get(a)).astype(np.uint32).view(np.float32)
+
+    def put_f32(self, d: str, value) -> None:
+        self.put(d, np.asarray(value, np.float32).view(np.uint32))
+
+    # integer and bit operations
+    def op_and_b32(self, d, a, b):
+        self.put(d, self.get(a) & self.get(b))
+
+    def op_or_b32(self, d, a, b):
+        self.put(d, self.get(a) | self.get(b))
+
+    def op_shl_b32(self, d, a, b):
+        self.put(d, self.get(a) << self.get(b))
+
+    def op_shr_b32(self, d, a, b):
+        self.put(d, self.get(a) >> self.get(b))
+
+    def op_mov_b32(self, d, a):
+        if d.startswith("{"):  # unpack halves
+            lo, hi = (x.strip() for x in d.strip("{}").split(","))
+            value = self.get(a)
+            self.put(lo, value & np.uint64(0xFFFF))
+            self.put(hi, value >> np.uint64(16))
+        else:
+            self.put(d, np.broadcast_to(self.get(a), self._shape()))
+
+    def op_selp_b32(self, d, a, b, p):
+        self.put(d, np.where(self.r[p] != 0, self.get(a), self.get(b)))
+
+    def op_mad_lo_u32(self, d, a, b, c):
+        self.put(d, self.get(a) * self.get(b) + self.get(c))
+
+    def op_sub_u32(self, d, a, b):
+        self.put(d, self.get(a) + np.uint64(2**32) - self.get(b))
+
+    def op_prmt_b32(self, d, a, b, selector):
+        data = [(self.get(a) >> np.uint64(8 * i)) & np.uint64(0xFF) for i in range(4)]
+        data += [(self.get(b) >> np.uint64(8 * i)) & np.uint64(0xFF) for i in range(4)]
+        sel = int(selector, 0)
+        out = sum(data[(sel >> (4 * k)) & 7] << np.uint64(8 * k) for k in range(4))
+        self.put(d, out)
+
+    def op_cvt_u32_u16(self, d, a):
+        self.put(d, self.get(a) & np.uint64(0xFFFF))
+
+    def op_cvt_u16_u32(self, d, a):
+        self.put(d, self.get(a) & np.uint64(0xFFFF))
+
+    # packed 16-bit maxima (NaN-propagating: the canonical NaN 0x7FFF)
+    def _max_halves(self, d, a, b, kind):
+        out = np.uint64(0)
+        for shift in (0, 16):
+            ha = ((self.get(a) >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.uint16)
+            hb = ((self.get(b) >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.uint16)
+            if kind == "bf16":
+                fa = (ha.astype(np.uint32) << 16).view(np.float32)
+                fb = (hb.astype(np.uint32) << 16).view(np.float32)
+            else:
+                fa, fb = ha.view(np.float16), hb.view(np.float16)
+            pick = np.where(fa >= fb, ha, hb)
+            pick = np.where(np.isnan(fa) | np.isnan(fb), np.uint16(0x7FFF), pick)
+            out = out | (pick.astype(np.uint64) << np.uint64(shift))
+        self.put(d, out)
+
+    def op_max_NaN_bf16x2(self, d, a, b):
+        self._max_halves(d, a, b, "bf16")
+
+    def op_max_NaN_f16x2(self, d, a, b):
+        self._max_halves(d, a, b, "f16")
+
+    # float32
+    def op_max_NaN_f32(self, d, a, b):
+        x, y = self.f32(a), self.f32(b)
+        self.put_f32(d, np.where(np.isnan(x) | np.isnan(y), np.float32(np.nan), np.maximum(x, y)))
+
+    def op_mul_rn_f32(self, d, a, b):
+        with np.errstate(all="ignore"):
+            self.put_f32(d, self.f32(a) * self.f32(b))
+
+    def op_div_rn_f32(self, d, a, b):
+        with np.errstate(all="ignore"):
+            self.put_f32(d, self.f32(a) / self.f32(b))
+
+    def op_add_rn_f32(self, d, a, b):
+        with np.errstate(all="ignore"):
+            self.put_f32(d, self.f32(a) + self.f32(b))
+
+    def op_fma_rn_sat_f32(self, d, a, b, c):
+        with np.errstate(all="ignore"):  # exact in float64 wherever the result is in [0, 1]
+            exact = self.f32(a).astype(np.float64) * self.f32(b) + self.f32(c)
+            value = exact.astype(np.float32)
+            self.put_f32(d, np.where(np.isnan(value), np.float32(0), np.clip(value, 0, 1)))
+
+    def op_setp_nan_f32(self, p, a, b):
+        self.r[p] = (np.isnan(self.f32(a)) | np.isnan(self.f32(b))).astype(np.uint64)
+
+    def op_setp_gt_f32(self, p, a, b):
+        self.r[p] = (self.f32(a) > self.f32(b)).astype(np.uint64)
+
+    # conversions
+    def op_cvt_f32_f16(self, d, a):
+        half = (self.get(a) & np.uint64(0xFFFF)).astype(np.uint16).view(np.float16)
+        self.put_f32(d, half.astype(np.float32))
+
+    def op_cvt_rn_satfinite_e4m3x2_f32(self, d, a, b):
+        from nvfp4_aot.quantize import float_to_e4m3_rn_sat
+
+        hi, lo = float_to_e4m3_rn_sat(self.f32(a)), float_to_e4m3_rn_sat(self.f32(b))
+        self.put(d, (hi.astype(np.uint64) << np.uint64(8)) | lo.astype(np.uint64))
+
+    def op_cvt_rn_f16x2_e4m3x2(self, d, a):
+        from nvfp4_aot.layouts import E4M3_VALUES
+
+        out = np.uint64(0)
+        for shift in (0, 8):
+            code = ((self.get(a) >> np.uint64(shift)) & np.uint64(0xFF)).astype(np.intp)
+            half = E4M3_VALUES[code].astype(np.float16).view(np.uint16).astype(np.uint64)
+            out = out | (half << np.uint64(2 * shift))
+        self.put(d, out)
+
+    def _shape(self):
+        return next(iter(self.r.values())).shape
+
+
+def _split_args(text: str) -> list[str]:
+    """Operands separated by commas, a {a, b} group kept whole."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        depth += ch == "{"
+        depth -= ch == "}"
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    return parts + [current]
+
+
+def _hostile_blocks(count: int, dtype: str, rng) -> np.ndarray:
+    """(count, 16) float32 blocks: wide-range random, zeros, -0, NaN, inf, subnormal,
+    huge, and E2M1/E4M3 ties (for g = 1)."""
+    x = (rng.standard_normal((count, 16)) * 10.0 ** rng.uniform(-4, 4, (count, 1))).astype(
+        np.float32
+    )
+    kind = rng.integers(0, 12, count)
+    x[kind == 0] = 0.0
+    x[kind == 1] = -0.0
+    x[kind == 2, rng.integers(0, 16)] = np.nan
+    x[kind == 3, rng.integers(0, 16)] = np.inf
+    x[kind == 4, rng.integers(0, 16)] = -np.inf
+    x[kind == 5] *= 1e-40 if dtype == "bfloat16" else 1e-9
+    x[kind == 6] = (
+        np.clip(x[kind == 6] * 1e30, -6e4, 6e4) if dtype == "float16" else x[kind == 6] * 1e30
+    )
+    ties = np.float32([0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 5, 6])
+    tie_rows = np.nonzero(kind >= 7)[0]
+    values = ties[rng.integers(0, len(ties), (len(tie_rows), 16))]
+    values *= np.where(rng.random(values.shape) < 0.5, -1, 1)
+    values[:, 0] = 6
+    x[tie_rows] = values * np.float32(2.0) ** rng.integers(-6, 7, (len(tie_rows), 1))
+    return x
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_the_block_ptx_computes_the_reference_bytes(dtype):
+    from nvfp4_aot.kernels import nvfp4_quantize as kernel
+
+    rng = np.random.default_rng(11)
+    blocks = _hostile_blocks(6000, dtype, rng)
+    if dtype == "float16":
+        with np.errstate(over="ignore"):
+            bits = blocks.astype(np.float16).view(np.uint16)
+    else:
+        bits = (blocks.view(np.uint32) >> 16).astype(np.uint16)  # truncation keeps specials
+    words = bits[:, 0::2].astype(np.uint64) | (bits[:, 1::2].astype(np.uint64) << np.uint64(16))
+    interpreter = PtxBlock(kernel._BLOCK_PTX[dtype == "float16"])
+    for g in (np.float32(1.0), np.float32(0.37), np.float32(3e-30), np.float32(2.5e36)):
+        inputs = {f"${3 + i}": words[:, i] for i in range(8)}
+        inputs["$11"] = np.full(len(blocks), g.view(np.uint32), np.uint64)
+        result = interpreter.run(inputs)
+        codes = np.stack([result["$0"], result["$1"]], axis=1).astype(np.uint32)
+        got_packed = codes.view(np.uint8).reshape(len(blocks), 8)
+        got_scales = (result["$2"] & np.uint64(0xFF)).astype(np.uint8)
+        q = quantize(bits if dtype == "bfloat16" else bits.view(np.float16), g)
+        bad = np.nonzero((got_packed != q.packed).any(axis=1) | (got_scales != q.scales[:, 0]))[0]
+        assert len(bad) == 0, (
+            f"g={g}: block {bad[0]} x={as_float32_row(bits[bad[0]], dtype)} "
+            f"ptx codes {got_packed[bad[0]].tolist()} scale {got_scales[bad[0]]}, reference "
+            f"{q.packed[bad[0]].tolist()} scale {q.scales[bad[0], 0]}"
+        )
+
+
+def as_float32_row(bits: np.ndarray, dtype: str) -> list[float]:
+    from nvfp4_aot.quantize import as_float32
+
+    return as_float32(bits if dtype == "bfloat16" else bits.view(np.float16)).tolist()
