@@ -150,20 +150,27 @@ class GroupedGemmPlan:
             Naming the group, the operand, expected and actual value.
         """
         handle = stream if type(stream) is int and stream >= 0 else stream_handle(stream)
-        # Steady state: int pointers that passed validation before (remembered with their
-        # packed table) go straight to the launch.
-        try:
-            key = (*a, *b, *c, *sfa, *sfb, alpha) if self.alpha else (*a, *b, *c, *sfa, *sfb)
-            table = self._tables.get(key)
-            if table is not None and not len(a) == len(b) == len(c) == len(sfa) == self.num_groups:
-                table = None
-        except TypeError:  # not sequences, or unhashable operands: the intake says why
-            table = None
-        if table is not None and (alpha is None) != self.alpha:
+        table = self._known_table(a, b, c, sfa, sfb, alpha)
+        if table is not None:
             self._launcher.launch(table, handle)
             return
         flat, producers = self._intake.pointers(a, b, c, sfa, sfb, handle, alpha)
         self._launcher.launch(self._tables.table(tuple(flat)), handle, producers)
+
+    def _known_table(self, a, b, c, sfa, sfb, alpha) -> bytes | None:
+        """Steady state: the packed table of int pointers that passed validation before,
+        else None. Only int operands are looked up: arrays go to the intake unhashed (a
+        torch tensor's ``__hash__`` is Python code, and the tables hold int tuples)."""
+        try:
+            if type(a[0]) is not int:
+                return None
+            key = (*a, *b, *c, *sfa, *sfb, alpha) if self.alpha else (*a, *b, *c, *sfa, *sfb)
+            table = self._tables.get(key)
+            if table is not None and not len(a) == len(b) == len(c) == len(sfa) == self.num_groups:
+                return None
+        except (TypeError, LookupError):  # not sequences, unhashable: the intake says why
+            return None
+        return table if (alpha is None) != self.alpha else None
 
     def pointers(
         self, a, b, c, sfa, sfb, stream: int = 0, alpha=None
