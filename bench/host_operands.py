@@ -15,7 +15,8 @@ the launch) and the table lookup ``run`` tries first, for
             replaced by Python stand-ins saying CUDA device 0 (the other attributes are
             torch's own C getters); torch optional
 
-and the floor of any per-object path: reading is_cuda, dtype, get_device(),
+then ``run_stacked``'s intake (one array per operand, nvfp4_aot.stacked) for cai and
+torch, and the floor of any per-object path: reading is_cuda, dtype, get_device(),
 is_contiguous(), shape and data_ptr() of plain torch tensors in a loop.
 
     PYTHONPATH=. python bench/host_operands.py [--groups 108] [--json FILE]
@@ -35,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nvfp4_aot.intake import OperandIntake  # noqa: E402
 from nvfp4_aot.layouts import blocked_scale_bytes  # noqa: E402
+from nvfp4_aot.stacked import StackedIntake  # noqa: E402
 from nvfp4_aot.validation import problem_sizes as checked_sizes  # noqa: E402
 
 M, N, K = 19, 256, 256  # per group; the cost per operand does not depend on the sizes
@@ -140,6 +142,26 @@ def looking_like_cuda():
     return undo
 
 
+def stacked_arrays(stacked: StackedIntake, kind: str):
+    """The five stacked arrays of ``stacked``'s plan (None for torch without torch)."""
+    rows = {"a": K // 2, "b": K // 2, "c": N}
+    arrays = []
+    for f, (field, (_shape, typestr, dtype, itemsize)) in enumerate(
+        zip(("a", "b", "c", "sfa", "sfb"), layouts(0))
+    ):
+        need = stacked.required[field]
+        shape = (need // (rows[field] * itemsize), rows[field]) if field in rows else (need,)
+        if kind == "cai":
+            arrays.append(FakeArray(BASE + f * 0x1_0000_0000, shape, typestr))
+        else:
+            try:
+                import torch
+            except ImportError:
+                return None
+            arrays.append(torch.zeros(shape, dtype=getattr(torch, dtype)))
+    return arrays
+
+
 def per_call_us(call, reps: int, batches: int = 15) -> float:
     """Median over batches of the wall time of one call, in microseconds."""
     for _ in range(max(3, reps // 10)):
@@ -209,6 +231,22 @@ def main(argv=None) -> int:
             "intake_us": intake_us,
             "lookup_us": lookup_us,
             "per_operand_us": (intake_us + lookup_us) / operands,
+        }
+        if undo is not None:
+            undo()
+    # run_stacked: one array per operand (nvfp4_aot.stacked), whatever the group count
+    stacked = StackedIntake(intake)
+    for kind in ("cai", "torch"):
+        arrays = stacked_arrays(stacked, kind)
+        if arrays is None:
+            continue
+        undo = looking_like_cuda() if kind == "torch" else None
+        tables = {stacked.bases(*arrays, 7)[0]: b""}
+        call_us = per_call_us(lambda a=arrays, t=tables: t.get(stacked.bases(*a, 7)[0]), args.reps)
+        rows[f"{kind} stacked (5 arrays)"] = {
+            "intake_us": call_us,
+            "lookup_us": 0.0,
+            "per_operand_us": call_us / operands,
         }
         if undo is not None:
             undo()

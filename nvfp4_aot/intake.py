@@ -38,8 +38,8 @@ FIELDS = validation.OPERAND_FIELDS
 _A, _B, _C, _SFA, _SFB = range(5)
 # __cuda_array_interface__ typestrs taken on the fast path, per field (C: per out_dtype;
 # bfloat16 has no typestr)
-_BYTE_TYPESTRS = ("|u1", "|i1", "|V1")
-_C_TYPESTRS = {"float16": ("<f2",), "bfloat16": ()}
+BYTE_TYPESTRS = ("|u1", "|i1", "|V1")
+C_TYPESTRS = {"float16": ("<f2",), "bfloat16": ()}
 _ADDRESS_MASK = validation.POINTER_ALIGN - 1
 _ADDRESS_END = 1 << 63  # int64 pointer tables
 
@@ -71,9 +71,9 @@ class OperandIntake:
         self.out_dtype = out_dtype
         self.alpha = alpha
         self._typestrs = (
-            _BYTE_TYPESTRS, _BYTE_TYPESTRS, _C_TYPESTRS[out_dtype], _BYTE_TYPESTRS, _BYTE_TYPESTRS,
+            BYTE_TYPESTRS, BYTE_TYPESTRS, C_TYPESTRS[out_dtype], BYTE_TYPESTRS, BYTE_TYPESTRS,
         )  # fmt: skip
-        self._torch_dtypes = (
+        self.torch_dtypes = (
             TORCH_FP4_DTYPES, TORCH_FP4_DTYPES, TORCH_OUT_DTYPES[out_dtype], TORCH_SCALE_DTYPES,
             TORCH_SCALE_DTYPES,
         )  # fmt: skip
@@ -110,12 +110,7 @@ class OperandIntake:
 
         Checks every array operand; the pointer set is checked by :meth:`check_pointers`.
         """
-        if (alpha is None) == self.alpha:
-            raise InvalidProblemError(
-                "alpha is missing: the plan was made with alpha=True (one float32 per group)"
-                if self.alpha
-                else "alpha was given but the plan was made without it; create it with alpha=True"
-            )
+        self.check_alpha_given(alpha)
         columns = (a, b, c, sfa, sfb)
         for f, column in enumerate(columns):
             try:
@@ -137,11 +132,21 @@ class OperandIntake:
                 self._column_pointers(f, column, stream, producers, flat)
         if self.alpha:
             flat.append(
-                alpha if type(alpha) is int else self._alpha_pointer(alpha, stream, producers)
+                alpha if type(alpha) is int else self.alpha_pointer(alpha, stream, producers)
             )
         return flat, producers
 
-    def _alpha_pointer(self, obj, stream: int, producers) -> int:
+    def check_alpha_given(self, alpha) -> None:
+        """Alpha given exactly when the plan was made with it."""
+        if (alpha is None) == self.alpha:
+            raise InvalidProblemError(
+                "alpha is missing: the plan was made with alpha=True (one float32 per group)"
+                if self.alpha
+                else "alpha was given but the plan was made without it; create it with alpha=True"
+            )
+
+    def alpha_pointer(self, obj, stream: int, producers) -> int:
+        """The address of a float32 alpha array (one value per group), checked."""
         pointer = torch_pointer(obj, TORCH_ALPHA_DTYPES, self.device, None, 4 * self.count)
         if pointer is not None:
             return pointer
@@ -217,7 +222,7 @@ class OperandIntake:
         launch_stream = 1 if stream == 0 else stream
         empty, expected, device = self._empty, self._expected[f], self.device
         matrix, is_c = f <= _C, f == _C
-        dtype_sizes, torch_names = self._torch_dtype_sizes[f], self._torch_dtypes[f]
+        dtype_sizes, torch_names = self._torch_dtype_sizes[f], self.torch_dtypes[f]
         typestrs = self._typestrs[f]
         append = flat.append
         for g, x in enumerate(column):
@@ -278,7 +283,7 @@ class OperandIntake:
     def _pointer_of(self, f: int, g: int, obj, stream: int, launch_stream: int, producers) -> int:
         expected = self._expected[f][g]
         pointer = torch_pointer(
-            obj, self._torch_dtypes[f], self.device, (expected,) if f <= _C else None,
+            obj, self.torch_dtypes[f], self.device, (expected,) if f <= _C else None,
             0 if f <= _C else expected,
         )  # fmt: skip
         if pointer is not None:

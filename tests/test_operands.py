@@ -271,3 +271,23 @@ def test_cai_without_shape_is_named_not_crashed(make_fake, artifacts):
         del bad.__cuda_array_interface__["shape"]
         with pytest.raises(InvalidProblemError, match=r"group 0: sfa: malformed"):
             p.run(*_bad_operands([(M, N, K)], "sfa", bad))
+
+
+def test_run_stacked_reads_tensor_like_operands(make_fake, artifacts):
+    """run_stacked's fast path: five torch-like arrays, their row length checked."""
+    fake = make_fake()
+    sizes = [(M, N, K), (32, N, K)]
+    with plan.GroupedGemmPlan(sizes, artifacts=artifacts) as p:
+        need = p.stacked_bytes
+        a = TensorLike(BASE, (M + 32, K // 2), UINT8)
+        b = TensorLike(BASE + (1 << 32), (2 * N, K // 2), UINT8)
+        c = TensorLike(BASE + (2 << 32), (M + 32, N), FLOAT16)
+        sfa = TensorLike(BASE + (3 << 32), (need["sfa"],), UINT8)
+        sfb = TensorLike(BASE + (4 << 32), (need["sfb"],), UINT8)
+        p.run_stacked(a, b, c, sfa, sfb)
+        table = np.frombuffer(fake.copies[-1][1], np.int64)
+        assert BASE + M * K // 2 in table  # group 1's A
+        wide = TensorLike(BASE, ((M + 32) // 2, K), UINT8)  # the bytes, in rows of K bytes
+        with pytest.raises(InvalidProblemError, match=r"stacked a must have rows of 128 bytes"):
+            p.run_stacked(wide, b, c, sfa, sfb)
+        assert len(fake.launches) == 1
