@@ -103,3 +103,21 @@ def test_run_stacked_checks_rows_alignment_overlap_and_device(make_fake, artifac
         with pytest.raises(InvalidProblemError, match=r"stacked c: expected a device pointer"):
             p.run_stacked(a, b, "c", sfa, sfb)
         assert not fake.launches
+
+
+def test_stacked_graph_capture_and_set_graph_stacked(make_fake, artifacts):
+    """Captured like run(); set_graph_stacked rewrites only the graph slot's staging."""
+    fake = make_fake()
+    with plan.GroupedGemmPlan(SIZES, artifacts=artifacts) as p:
+        fake.capturing_streams = {9}
+        p.run_stacked(*stacked_arrays(p, SIZES), stream=9)
+        graph = p.kernel_inputs(p.graph_slot)[0]
+        assert fake.copies[-1][0] == graph["abc_pointers"]
+        start = len(fake.calls)
+        other = [BASE + (8 << 32) + (f << 32) for f in range(5)]
+        p.set_graph_stacked(*other)
+        assert fake.names()[start:] == []  # host staging only
+        words = p._launcher._staging[p.graph_slot].cast("Q").tolist()
+        assert other[2] + p.stacked_offsets["c"][2] in words
+        with pytest.raises(InvalidProblemError, match=r"stacked a must be a 32-byte aligned"):
+            p.set_graph_stacked(other[0] + 8, *other[1:])
