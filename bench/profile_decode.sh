@@ -11,7 +11,7 @@ set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 FAMILIES=${FAMILIES:-"sm90_nvfp4_grouped_gemm sm90_nvfp4_grouped_gemm_a16"}
-CONFIG="--experts 128 --tokens 8 --shape 1536,2048"
+CONFIG="--experts 128 --tokens 8 --shape 1536,2048 --profile-runs 1"
 NCU=$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | tail -1)
 if [ -z "$NCU" ]; then
   echo "ncu (Nsight Compute) not found on PATH, /opt/nvidia/nsight-compute or /usr/local/cuda/bin: no profile"
@@ -56,7 +56,14 @@ for r in rows[head + 1 :]:
 PY
   echo "--- limiters (sections; full text in $report.txt)"
   "$NCU" --import "$report.ncu-rep" --page details $SECTIONS --print-units base > "$report.txt" 2>&1
-  grep -E "^  [^ ].*\(|Section:|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Theoretical Occupancy|Block Limit|Warp Cycles Per Issued|OPT|WRN" \
-    "$report.txt" | cut -c1-200 | head -150
+  # kernel headers, section names, the headline metrics, and every rule (OPT/WRN) in full
+  awk '
+    /^  [^ ].*\(.*\)x\(/ { print; next }
+    /Section:/ { print; next }
+    /^ +(Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Theoretical Occupancy|Block Limit [A-Za-z ]+|Registers Per Thread|Warp Cycles Per Issued Instruction|Issue Slots Busy|L2 Hit Rate|Mem Busy|Max Bandwidth) / { print; next }
+    /^ +(OPT|WRN) / { rule = 1; print; next }
+    rule && /^        +[^ ]/ { print; next }
+    { rule = 0 }
+  ' "$report.txt" | cut -c1-220 | head -300
 done
 exit $status
