@@ -24,6 +24,7 @@ status=0
 for family in $FAMILIES; do
   report="$OUT/profile_decode_$family"
   echo; echo "=== ncu --set full: $family ($CONFIG)"
+  rm -f "$report.ncu-rep"  # a report left by an earlier run must not pass for this one
   # --clock-control none: leave the GPU's clocks as they are (the device notes ask for it)
   timeout 400 "$NCU" --set full --clock-control none --profile-from-start off -f -o "$report" \
     python3 bench/bench_decode.py --profile $CONFIG --kernel "$family" > "$report.log" 2>&1
