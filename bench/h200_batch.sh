@@ -2,14 +2,15 @@
 # Everything that needs the GPU, in one device call: GPU tests, CLI from the installed
 # wheel, reliability, host path, kernel benchmark against torch, compute-sanitizer, MoE
 # (GPU tests, CLI verify, sanitizer), the MoE benchmark, the epilogues (alpha, BF16:
-# CLI verify, sanitizer, cost against the original epilogue), JAX and the activation
-# quantizer (GPU tests, benchmark, compute-sanitizer).
+# CLI verify, sanitizer, cost against the original epilogue), JAX, the activation
+# quantizer (GPU tests, benchmark, compute-sanitizer) and issue #17's decode benchmark
+# with Nsight Compute on one decode configuration.
 # Run from the repo root on the GPU machine:  bash bench/h200_batch.sh 2>&1 | tee $OUT/batch.log
 # JSON results and the CLI transcript go to $OUT (default ./out). STEPS selects steps
 # (default: all). The wheel (python -m pip wheel --no-deps -w .carry/wheel .) is carried.
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
-STEPS=${STEPS:-env tests families choice cli reliability host bench sanitizer moe moebench epilogue jax quant}
+STEPS=${STEPS:-env tests families choice cli reliability host bench sanitizer moe moebench epilogue jax quant decode}
 FAMILIES="sm90_nvfp4_grouped_gemm sm90_nvfp4_grouped_gemm_a16"
 KERNELS=$(printf -- "--kernel %s " $FAMILIES)
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NVFP4_AOT_SHAPES=$PWD/tests/data/shapes.json
@@ -155,5 +156,16 @@ if want quant; then
       -k "$QUANT_SUBSET" 2>&1 | tail -12
     echo "quant $tool exit code: ${PIPESTATUS[0]}"
   done
+fi
+if want decode; then
+  step "decode (#17): 72 configurations (E x tokens x n,k), ours vs grouped_mm vs memory floor; ncu on E=128, 8 tokens"
+  # progress lines and any traceback: $OUT/bench_decode.log; rows are written after each
+  # configuration, so a timeout still leaves $OUT/bench_decode.json
+  timeout 540 python3 bench/bench_decode.py --budget-s 420 --json "$OUT/bench_decode.json" \
+    2> "$OUT/bench_decode.log"
+  echo "bench_decode exit code: $? (0 ok, 1 a spot check failed, 2 stopped by --budget-s)"
+  tail -4 "$OUT/bench_decode.log"
+  OUT="$OUT" timeout 900 bash bench/profile_decode.sh 2>&1 | tail -250
+  echo "profile_decode exit code: ${PIPESTATUS[0]}"
 fi
 step done

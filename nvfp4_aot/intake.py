@@ -30,7 +30,7 @@ from .operands import (
     check_scales,
     cuda_array_interface,
     device_array,
-    device_of,
+    device_index,
     torch_pointer,
 )
 
@@ -38,8 +38,8 @@ FIELDS = validation.OPERAND_FIELDS
 _A, _B, _C, _SFA, _SFB = range(5)
 # __cuda_array_interface__ typestrs taken on the fast path, per field (C: per out_dtype;
 # bfloat16 has no typestr)
-_BYTE_TYPESTRS = ("|u1", "|i1", "|V1")
-_C_TYPESTRS = {"float16": ("<f2",), "bfloat16": ()}
+BYTE_TYPESTRS = ("|u1", "|i1", "|V1")
+C_TYPESTRS = {"float16": ("<f2",), "bfloat16": ()}
 _ADDRESS_MASK = validation.POINTER_ALIGN - 1
 _ADDRESS_END = 1 << 63  # int64 pointer tables
 
@@ -71,12 +71,14 @@ class OperandIntake:
         self.out_dtype = out_dtype
         self.alpha = alpha
         self._typestrs = (
-            _BYTE_TYPESTRS, _BYTE_TYPESTRS, _C_TYPESTRS[out_dtype], _BYTE_TYPESTRS, _BYTE_TYPESTRS,
+            BYTE_TYPESTRS, BYTE_TYPESTRS, C_TYPESTRS[out_dtype], BYTE_TYPESTRS, BYTE_TYPESTRS,
         )  # fmt: skip
-        self._torch_dtypes = (
+        self.torch_dtypes = (
             TORCH_FP4_DTYPES, TORCH_FP4_DTYPES, TORCH_OUT_DTYPES[out_dtype], TORCH_SCALE_DTYPES,
             TORCH_SCALE_DTYPES,
         )  # fmt: skip
+        # per field: torch dtype object -> its element size where the field takes it, else 0
+        self._torch_dtype_sizes = tuple({} for _ in FIELDS)
         self._empty = tuple(m == 0 for m, _n, _k, _l in problem_sizes)
         # flat indices (field * G + group) of the operands the kernels touch: empty groups'
         # operands are never read, so they may be anything (null, or shape (0, ...))
@@ -108,12 +110,7 @@ class OperandIntake:
 
         Checks every array operand; the pointer set is checked by :meth:`check_pointers`.
         """
-        if (alpha is None) == self.alpha:
-            raise InvalidProblemError(
-                "alpha is missing: the plan was made with alpha=True (one float32 per group)"
-                if self.alpha
-                else "alpha was given but the plan was made without it; create it with alpha=True"
-            )
+        self.check_alpha_given(alpha)
         columns = (a, b, c, sfa, sfb)
         for f, column in enumerate(columns):
             try:
@@ -130,22 +127,26 @@ class OperandIntake:
         producers: set[int] = set()
         flat = [*a, *b, *c, *sfa, *sfb]
         if not all(type(x) is int for x in flat):  # arrays (or junk): look at each one
-            launch_stream = 1 if stream == 0 else stream
-            empty = self._empty
-            flat = [
-                x if type(x) is int
-                else 0 if empty[g]  # an empty group's operand: never touched, not looked at
-                else self._pointer_of(f, g, x, stream, launch_stream, producers)
-                for f, column in enumerate(columns)
-                for g, x in enumerate(column)
-            ]  # fmt: skip
+            flat = []
+            for f, column in enumerate(columns):
+                self._column_pointers(f, column, stream, producers, flat)
         if self.alpha:
             flat.append(
-                alpha if type(alpha) is int else self._alpha_pointer(alpha, stream, producers)
+                alpha if type(alpha) is int else self.alpha_pointer(alpha, stream, producers)
             )
         return flat, producers
 
-    def _alpha_pointer(self, obj, stream: int, producers) -> int:
+    def check_alpha_given(self, alpha) -> None:
+        """Alpha given exactly when the plan was made with it."""
+        if (alpha is None) == self.alpha:
+            raise InvalidProblemError(
+                "alpha is missing: the plan was made with alpha=True (one float32 per group)"
+                if self.alpha
+                else "alpha was given but the plan was made without it; create it with alpha=True"
+            )
+
+    def alpha_pointer(self, obj, stream: int, producers) -> int:
+        """The address of a float32 alpha array (one value per group), checked."""
         pointer = torch_pointer(obj, TORCH_ALPHA_DTYPES, self.device, None, 4 * self.count)
         if pointer is not None:
             return pointer
@@ -207,10 +208,82 @@ class OperandIntake:
                     "the output must not alias an input"
                 )
 
+    def _column_pointers(self, f: int, column, stream: int, producers, flat: list) -> None:
+        """Append the pointers of one field's operands to ``flat``.
+
+        The hot path of a run with arrays (issue #17: 100+ groups x 5 operands per call):
+        one loop per column with its constants hoisted, PyTorch-like tensors and
+        ``__cuda_array_interface__`` v3 dicts that plainly fit read inline, accepted
+        torch dtype objects looked up in a dict (dtypes are long-lived singletons; the
+        dict holds them). Nothing about an operand itself is remembered between calls.
+        Anything that does not plainly fit goes to :meth:`_pointer_of`, which accepts it
+        or names the group, field and problem.
+        """
+        launch_stream = 1 if stream == 0 else stream
+        empty, expected, device = self._empty, self._expected[f], self.device
+        matrix, is_c = f <= _C, f == _C
+        dtype_sizes, torch_names = self._torch_dtype_sizes[f], self.torch_dtypes[f]
+        typestrs = self._typestrs[f]
+        append = flat.append
+        for g, x in enumerate(column):
+            kind = type(x)
+            if kind is int:
+                append(x)
+                continue
+            if empty[g]:  # an empty group's operand: never touched, not looked at
+                append(0)
+                continue
+            torch_like = _TORCH_LIKE.get(kind)
+            if torch_like is None:
+                torch_like = _torch_like(kind)
+            if torch_like:
+                if x.is_cuda:
+                    dtype = x.dtype
+                    itemsize = dtype_sizes.get(dtype)
+                    if itemsize is None:
+                        itemsize = _accepted_itemsize(dtype_sizes, dtype, torch_names, x, matrix)
+                    if (
+                        itemsize
+                        and x.get_device() == device
+                        and x.is_contiguous()
+                        and (
+                            x.shape == expected[g] if matrix
+                            else x.numel() * itemsize >= expected[g]
+                        )
+                    ):  # fmt: skip
+                        append(x.data_ptr())
+                        continue
+            else:
+                try:
+                    interface = x.__cuda_array_interface__
+                except Exception:  # none, or a property that raises: the full path says
+                    interface = None
+                if (
+                    type(interface) is dict
+                    and interface.get("version") == 3
+                    and interface.get("typestr") in typestrs
+                    and interface.get("strides") is None
+                    and interface.get("mask") is None
+                ):
+                    data, shape = interface.get("data"), interface.get("shape")
+                    if (
+                        type(data) is tuple
+                        and type(shape) is tuple
+                        and (shape == expected[g] if matrix else prod(shape) >= expected[g])
+                        and not (is_c and data[1])
+                        and device_index(getattr(x, "device", None)) in (None, device)
+                    ):
+                        producer = interface.get("stream")
+                        if producer is not None and producer != launch_stream:
+                            producers.add(producer)
+                        append(data[0])
+                        continue
+            append(self._pointer_of(f, g, x, stream, launch_stream, producers))
+
     def _pointer_of(self, f: int, g: int, obj, stream: int, launch_stream: int, producers) -> int:
         expected = self._expected[f][g]
         pointer = torch_pointer(
-            obj, self._torch_dtypes[f], self.device, (expected,) if f <= _C else None,
+            obj, self.torch_dtypes[f], self.device, (expected,) if f <= _C else None,
             0 if f <= _C else expected,
         )  # fmt: skip
         if pointer is not None:
@@ -223,9 +296,10 @@ class OperandIntake:
                 and type(interface.get("data")) is tuple
                 and interface.get("strides") is None
                 and interface.get("mask") is None
+                and type(shape) is tuple
                 and (shape == expected if f <= _C else prod(shape) >= expected)
                 and (f != _C or not interface["data"][1])
-                and device_of(obj) in (None, self.device)
+                and device_index(getattr(obj, "device", None)) in (None, self.device)
             ):
                 producer = interface.get("stream")
                 if producer is not None and producer != launch_stream:
@@ -255,6 +329,29 @@ class OperandIntake:
             problem = check_scales(array, SCALE_DTYPES, expected)
         if problem:
             raise InvalidProblemError(f"group {g}: {field} {problem}")
+
+
+# per class: whether it is PyTorch-like (``is_cuda`` at class level, as torch.Tensor); classes
+# are long-lived and held here, so this never confuses one object with another
+_TORCH_LIKE: dict[type, bool] = {}
+
+
+def _torch_like(kind: type) -> bool:
+    if len(_TORCH_LIKE) > 256:  # classes made on the fly: do not grow without bound
+        _TORCH_LIKE.clear()
+    answer = _TORCH_LIKE[kind] = hasattr(kind, "is_cuda")
+    return answer
+
+
+def _accepted_itemsize(sizes: dict, dtype, names, obj, matrix: bool) -> int:
+    """Element size of ``dtype`` where its name is one of ``names`` (1 for a matrix field,
+    whose shape is compared instead), else 0; remembered per dtype object in ``sizes``
+    (a handful of dtypes exist)."""
+    if len(sizes) > 64:
+        sizes.clear()
+    accepted = str(dtype) in names
+    size = sizes[dtype] = (1 if matrix else obj.element_size()) if accepted else 0
+    return size
 
 
 def _misaligned(pointers) -> bool:

@@ -227,7 +227,13 @@ def _from_cuda_array_interface(obj, interface: dict) -> DeviceArray:
 
 def device_of(obj) -> int | None:
     """Device ordinal of a CuPy (``.device.id``) or PyTorch (``.device.index``) array."""
-    device = getattr(obj, "device", None)
+    return device_index(getattr(obj, "device", None))
+
+
+def device_index(device) -> int | None:
+    """Ordinal of a CuPy (``.id``) or PyTorch (``.index``) device object, else None."""
+    if device is None:
+        return None
     for attribute in ("id", "index"):
         value = getattr(device, attribute, None)
         if isinstance(value, int) and not isinstance(value, bool):

@@ -26,6 +26,7 @@ from .launch_layout import LaunchLayout
 from .launcher import CheckedTables, Launcher
 from .manifest import Epilogue
 from .operands import out_dtype_name, stream_handle
+from .stacked import StackedIntake
 
 
 class GroupedGemmPlan:
@@ -89,6 +90,11 @@ class GroupedGemmPlan:
         kernels = [loader.load_kernel(v, self.device, artifacts) for v in self.layout.variants]
         self._launcher = Launcher(self.device, self.layout, kernels)
         self._tables = CheckedTables(self._intake.check_pointers, self.layout.pointer_table)
+        self._stacked = StackedIntake(self._intake)
+        self._stacked_tables = CheckedTables(
+            self._stacked.check,
+            lambda bases: self.layout.pointer_table(self._stacked.expand(bases)),
+        )
 
     # facts ------------------------------------------------------------------------------
 
@@ -150,20 +156,66 @@ class GroupedGemmPlan:
             Naming the group, the operand, expected and actual value.
         """
         handle = stream if type(stream) is int and stream >= 0 else stream_handle(stream)
-        # Steady state: int pointers that passed validation before (remembered with their
-        # packed table) go straight to the launch.
-        try:
-            key = (*a, *b, *c, *sfa, *sfb, alpha) if self.alpha else (*a, *b, *c, *sfa, *sfb)
-            table = self._tables.get(key)
-            if table is not None and not len(a) == len(b) == len(c) == len(sfa) == self.num_groups:
-                table = None
-        except TypeError:  # not sequences, or unhashable operands: the intake says why
-            table = None
-        if table is not None and (alpha is None) != self.alpha:
+        table = self._known_table(a, b, c, sfa, sfb, alpha)
+        if table is not None:
             self._launcher.launch(table, handle)
             return
         flat, producers = self._intake.pointers(a, b, c, sfa, sfb, handle, alpha)
         self._launcher.launch(self._tables.table(tuple(flat)), handle, producers)
+
+    def _known_table(self, a, b, c, sfa, sfb, alpha) -> bytes | None:
+        """Steady state: the packed table of int pointers that passed validation before,
+        else None. Only int operands are looked up: arrays go to the intake unhashed (a
+        torch tensor's ``__hash__`` is Python code, and the tables hold int tuples)."""
+        try:
+            if type(a[0]) is not int:
+                return None
+            key = (*a, *b, *c, *sfa, *sfb, alpha) if self.alpha else (*a, *b, *c, *sfa, *sfb)
+            table = self._tables.get(key)
+            if table is not None and not len(a) == len(b) == len(c) == len(sfa) == self.num_groups:
+                return None
+        except (TypeError, LookupError):  # not sequences, unhashable: the intake says why
+            return None
+        return table if (alpha is None) != self.alpha else None
+
+    def run_stacked(self, a, b, c, sfa, sfb, stream=None, alpha=None) -> None:
+        """:meth:`run` with one array per operand holding every group's operand, at the
+        byte offsets :attr:`stacked_offsets` gives (:mod:`nvfp4_aot.stacked`): five
+        arrays are looked at per call, whatever the number of groups.
+
+        Parameters
+        ----------
+        a, b, c, sfa, sfb : device arrays or int pointers, one each
+            Of at least :attr:`stacked_bytes` bytes; A, B packed FP4 bytes, C in the
+            plan's ``out_dtype``, SFA, SFB blocked E4M3 scales. A, B and C are
+            C-contiguous with rows of k/2 (A, B) or n (C) elements where the groups
+            share k or n; scales dense.
+        stream, alpha : as for :meth:`run`
+
+        Raises
+        ------
+        InvalidProblemError
+            Naming the stacked operand (or the group whose pointer is wrong).
+        """
+        handle = stream if type(stream) is int and stream >= 0 else stream_handle(stream)
+        bases, producers = self._stacked.bases(a, b, c, sfa, sfb, handle, alpha)
+        self._launcher.launch(self._stacked_tables.table(bases), handle, producers)
+
+    @property
+    def stacked_offsets(self) -> dict[str, tuple[int, ...]]:
+        """Per operand ("a", "b", "c", "sfa", "sfb"): the byte offset of each group's
+        operand in the array :meth:`run_stacked` takes."""
+        return self._stacked.offsets
+
+    @property
+    def stacked_bytes(self) -> dict[str, int]:
+        """Per operand: the bytes the array :meth:`run_stacked` takes must hold."""
+        return self._stacked.required
+
+    def set_graph_stacked(self, a, b, c, sfa, sfb, alpha=None) -> None:
+        """:meth:`set_graph_pointers` for a graph that captured :meth:`run_stacked`."""
+        bases, _producers = self._stacked.bases(a, b, c, sfa, sfb, 0, alpha)
+        self._launcher.stage_graph(self._stacked_tables.table(bases))
 
     def pointers(
         self, a, b, c, sfa, sfb, stream: int = 0, alpha=None

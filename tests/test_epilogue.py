@@ -266,3 +266,21 @@ def test_bf16_rounding_is_nearest_even():
     stored = encode_output(values[:4], "bfloat16")
     assert decode_output(stored, "bfloat16").tolist() == [1.0, 1.0, 1.015625, -3.5]
     assert decode_output(encode_output([70000.0], "float16"), "float16")[0] == np.inf
+
+
+def test_run_stacked_takes_alpha(fake, epilogue_artifacts):
+    """The stacked API checks and appends alpha as the per-group one does."""
+    sizes = [(96, 128, 128), (0, 256, 256), (72, 384, 256)]
+    with plan.GroupedGemmPlan(sizes, artifacts=epilogue_artifacts, alpha=True) as p:
+        bases = [0x10_0000_0000 + (f << 32) for f in range(5)]
+        with pytest.raises(InvalidProblemError, match=r"alpha is missing"):
+            p.run_stacked(*bases)
+        with pytest.raises(InvalidProblemError, match=r"alpha must have dtype float32"):
+            p.run_stacked(*bases, alpha=FakeArray(0x77_0000_0000, (3,), "<f2"))
+        assert not fake.launches
+        p.run_stacked(*bases, alpha=alpha_array(3))
+        inputs = p.kernel_inputs(0)[0]
+        dst, data, _stream = fake.copies[-1]
+        table = np.frombuffer(data, np.uint64)
+        start = (inputs["alpha_pointers"] - dst) // 8
+        assert table[start] == 0x77_0000_0000

@@ -4,11 +4,14 @@ handles."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from nvfp4_aot import operands, plan
 from nvfp4_aot.errors import InvalidProblemError
+from nvfp4_aot.layouts import blocked_scale_bytes
 from support import (
     DLPackArray,
     FakeArray,
@@ -166,3 +169,125 @@ def test_overlapping_c_among_many_groups(make_fake, artifacts):
         ops[2][30] = ops[2][7] + 64
         with pytest.raises(InvalidProblemError, match=r"group 30: c overlaps group 7's c"):
             p.run(*ops)
+
+
+# the per-column hot path of array operands (issue #17) -----------------------------------
+
+
+class _Dtype:
+    """A dtype object as torch has them: one per dtype, str() its name."""
+
+    def __init__(self, name: str, size: int):
+        self.name, self.size = name, size
+
+    def __str__(self) -> str:
+        return self.name
+
+
+UINT8, FLOAT16 = _Dtype("torch.uint8", 1), _Dtype("torch.float16", 2)
+
+
+class TensorLike:
+    """Duck-typed like a CUDA torch tensor (``is_cuda`` at class level), with a CAI dict
+    for the full path; counts how often it is hashed."""
+
+    is_cuda = True
+    hashed = 0
+
+    def __init__(self, pointer, shape, dtype, device=0):
+        self.shape, self.dtype, self._device, self._pointer = tuple(shape), dtype, device, pointer
+        self.device = SimpleNamespace(type="cuda", index=device)
+        self.__cuda_array_interface__ = {
+            "version": 3, "shape": self.shape, "typestr": "|u1" if dtype is UINT8 else "<f2",
+            "data": (pointer, False), "strides": None, "stream": None,
+        }  # fmt: skip
+
+    def __hash__(self):
+        TensorLike.hashed += 1
+        return id(self)
+
+    def get_device(self):
+        return self._device
+
+    def is_contiguous(self):
+        return True
+
+    def numel(self):
+        return int(np.prod(self.shape))
+
+    def element_size(self):
+        return self.dtype.size
+
+    def data_ptr(self):
+        return self._pointer
+
+
+def _tensor_like_columns(sizes, base=0x10_0000_0000):
+    columns = [[], [], [], [], []]
+    for g, (m, n, k) in enumerate(sizes):
+        at = base + g * 0x100_0000
+        columns[0].append(TensorLike(at, (m, k // 2), UINT8))
+        columns[1].append(TensorLike(at + (1 << 32), (n, k // 2), UINT8))
+        columns[2].append(TensorLike(at + (2 << 32), (m, n), FLOAT16))
+        sfa, sfb = blocked_scale_bytes(max(m, 1), k), blocked_scale_bytes(n, k)
+        columns[3].append(TensorLike(at + (3 << 32), (sfa,), UINT8))
+        columns[4].append(TensorLike(at + (4 << 32), (sfb,), UINT8))
+    return columns
+
+
+def test_tensor_like_operands_read_inline_never_hashed(make_fake, artifacts):
+    """run() looks array operands up in no table (hashing a torch tensor runs Python code)
+    and reads each one's attributes; dtype objects are accepted per field."""
+    fake = make_fake()
+    sizes = [(M, N, K), (0, N, K), (32, N, K)]
+    with plan.GroupedGemmPlan(sizes, artifacts=artifacts) as p:
+        columns = _tensor_like_columns(sizes)
+        TensorLike.hashed = 0
+        for _ in range(3):
+            p.run(*columns)
+        assert TensorLike.hashed == 0
+        table = np.frombuffer(fake.copies[-1][1], np.int64)
+        assert table[0] == columns[0][0].data_ptr()
+        assert len(fake.launches) == 3
+        bad = [x for x in columns[2]]
+        bad[2] = TensorLike(bad[2].data_ptr(), (32, N), UINT8)  # uint8: fine for a, not c
+        with pytest.raises(InvalidProblemError, match=r"group 2: c must have dtype f2, got u1"):
+            p.run(columns[0], columns[1], bad, columns[3], columns[4])
+        small = list(columns[3])
+        small[2] = TensorLike(small[2].data_ptr(), (100,), UINT8)
+        with pytest.raises(InvalidProblemError, match=r"group 2: sfa must hold at least"):
+            p.run(columns[0], columns[1], columns[2], small, columns[4])
+        other = list(columns[1])
+        other[0] = TensorLike(other[0].data_ptr(), (N, K // 2), UINT8, device=1)
+        with pytest.raises(InvalidProblemError, match=r"group 0: b is on device 1"):
+            p.run(columns[0], other, columns[2], columns[3], columns[4])
+        assert len(fake.launches) == 3
+
+
+def test_cai_without_shape_is_named_not_crashed(make_fake, artifacts):
+    make_fake()
+    with plan.GroupedGemmPlan([(M, N, K)], artifacts=artifacts) as p:
+        bad = FakeArray(BASE, (4096,), "|u1")
+        del bad.__cuda_array_interface__["shape"]
+        with pytest.raises(InvalidProblemError, match=r"group 0: sfa: malformed"):
+            p.run(*_bad_operands([(M, N, K)], "sfa", bad))
+
+
+def test_run_stacked_reads_tensor_like_operands(make_fake, artifacts):
+    """run_stacked's fast path: five torch-like arrays, their row length checked."""
+    fake = make_fake()
+    sizes = [(M, N, K), (32, N, K)]
+    with plan.GroupedGemmPlan(sizes, artifacts=artifacts) as p:
+        need = p.stacked_bytes
+        a = TensorLike(BASE, (M + 32, K // 2), UINT8)
+        b = TensorLike(BASE + (1 << 32), (2 * N, K // 2), UINT8)
+        c = TensorLike(BASE + (2 << 32), (M + 32, N), FLOAT16)
+        sfa = TensorLike(BASE + (3 << 32), (need["sfa"],), UINT8)
+        sfb = TensorLike(BASE + (4 << 32), (need["sfb"],), UINT8)
+        p.run_stacked(a, b, c, sfa, sfb)
+        table = np.frombuffer(fake.copies[-1][1], np.int64)
+        assert BASE + M * K // 2 in table  # group 1's A
+        wide = TensorLike(BASE, ((M + 32) // 2, K), UINT8)  # the bytes, in rows of K bytes
+        with pytest.raises(InvalidProblemError, match=r"stacked a must have rows of 128 bytes"):
+            p.run_stacked(wide, b, c, sfa, sfb)
+        assert len(fake.launches) == 1

@@ -1,0 +1,83 @@
+"""bench/bench_decode.py's plumbing on CPU (needs torch; skipped without it): one
+configuration through the real MoeGemmPlan against the fake driver (committed sm_90a
+artifacts, int pointers to torch CPU tensors), torch.cuda's timing stubbed. It checks the
+glue — plan, routing sample, floor, spot check, graph and eager loops, baselines, table —
+not the numbers, which only the GPU gives."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from fake_driver import FakeDriver, installed
+from nvfp4_aot import loader
+from support import REPO, kernel_params_of
+
+torch = pytest.importorskip("torch")
+
+
+class _Event:
+    def __init__(self, enable_timing=False):
+        pass
+
+    def record(self, *_args):
+        pass
+
+    def elapsed_time(self, _other):
+        return 0.01
+
+    def query(self):
+        return True
+
+    def synchronize(self):
+        pass
+
+
+class _Graph:
+    def replay(self):
+        pass
+
+
+@contextlib.contextmanager
+def _capture(_graph, **_kwargs):
+    yield  # the body runs once, eagerly
+
+
+@pytest.fixture
+def cpu_cuda(monkeypatch):
+    """torch.cuda's events, graphs, sleep and streams as no-ops on CPU."""
+    for name, value in {
+        "Event": _Event, "CUDAGraph": _Graph, "graph": _capture,
+        "synchronize": lambda *_a: None, "_sleep": lambda _cycles: None,
+        "current_stream": lambda *_a: SimpleNamespace(cuda_stream=0, query=lambda: True),
+    }.items():  # fmt: skip
+        monkeypatch.setattr(torch.cuda, name, value, raising=False)
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    yield
+    for module in ("bench_decode", "bench_moe", "bench_common"):
+        sys.modules.pop(module, None)
+
+
+def test_bench_case_runs_end_to_end(cpu_cuda):
+    import bench_decode
+    from bench_common import GpuHold
+
+    committed = loader.load_manifest()
+    fake = FakeDriver(capability=(9, 0), kernel_params=kernel_params_of(committed))
+    with installed(fake):
+        experts, n, k, tokens = 130, 128, 256, 8  # two GEMM launches (120 + 10 experts)
+        weights = bench_decode.make_weights(experts, n, k, torch.device("cpu"))
+        args = SimpleNamespace(seed=0, kernel=None, pointers=True, steps=12)
+        row = bench_decode.bench_case(
+            experts, n, k, tokens, weights, 4e12, GpuHold(), args, torch.device("cpu")
+        )
+        assert fake.launches
+    assert row["gemm_launches"] == 2 and row["rows"] == 64 and row["decode"]
+    assert 8 <= row["experts_hit"] <= 64 and row["mem_floor_us"] > 0
+    assert set(row["targets"]) == {"floor", "speedup_2x", "not_slower", "host"}
+    table = bench_decode.markdown([row])
+    assert table.count("\n") == 2 and "| 130 | 128, 256 | 8 |" in table
+    assert bench_decode.summary([row]).startswith("1 configurations, 1 decode")
