@@ -41,7 +41,7 @@ from . import __version__, driver, loader, validation
 from .device_data import DeviceOperands, random_alpha, scale_codes
 from .errors import CudaError, Nvfp4Error, UnsupportedDeviceError
 from .layouts import random_problem
-from .manifest import OUT_DTYPES, Epilogue
+from .manifest import OUT_DTYPES, ROLE_GEMM, Epilogue
 from .moe_data import ROUTING_KINDS
 from .moe_layout import LAYOUTS
 from .reference import TOLERANCE, reference_gemm, relative_error
@@ -452,6 +452,8 @@ def info(artifacts, as_json):
                 "arch": v.arch,
                 "compute_capability": list(v.compute_capability),
                 "num_groups": v.num_groups,
+                "role": v.role,
+                "writes": str(v.epilogue) if v.role == ROLE_GEMM else None,
                 "tile_mnk": list(v.tile_mnk),
                 "cubin": v.cubin,
                 "cubin_bytes": v.cubin_bytes,
@@ -491,6 +493,7 @@ def info(artifacts, as_json):
         "arch",
         "CC",
         "G",
+        "C",
         "tile",
         "cubin B",
         "sha256",
@@ -505,6 +508,7 @@ def info(artifacts, as_json):
             v["arch"],
             _cc(v["compute_capability"]),
             v["num_groups"],
+            v["writes"] or "-",
             "x".join(map(str, v["tile_mnk"])),
             v["cubin_bytes"],
             v["sha256"][:12],

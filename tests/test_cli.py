@@ -326,6 +326,10 @@ def test_info_json_lists_committed_variants_without_a_driver(use_driver):
         v["family"]: v["workspace"]["activation_bytes_per_element"] for v in data["variants"]
     }
     assert scratch["sm90_nvfp4_grouped_gemm_a16"] == 2 and scratch["sm90_nvfp4_grouped_gemm"] == 0
+    writes = {v["name"]: v["writes"] for v in data["variants"]}
+    assert writes["sm90_nvfp4_grouped_gemm.sm_90a.g8"] == "float16"
+    assert writes["sm90_nvfp4_grouped_gemm.sm_90a.g8.bf16.alpha"] == "bfloat16 x alpha"
+    assert writes["moe_routing.sm_90a.g120"] is None
     assert data["cuda"]["available"] is False
     assert data["cuda"]["error"].startswith("no CUDA driver")
     assert data["gpus"] == []
