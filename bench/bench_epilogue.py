@@ -10,7 +10,7 @@ per-round ratios of medians, which cancels drift between rounds), and the floors
 beside it: the operands' bytes at the copy bandwidth measured in this run, and a dense
 cuBLAS BF16 matmul of the same FLOPs.
 
-    python3 bench/bench_epilogue.py [--json out.json]
+    python3 bench/bench_epilogue.py [--json out.json] [--family F ...] [--rounds N]
 """
 
 from __future__ import annotations
@@ -75,6 +75,8 @@ def pointers(operands, epilogue) -> tuple:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="write the results here too")
+    parser.add_argument("--family", action="append", choices=FAMILIES, help="(repeatable)")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="round-robin rounds")
     args = parser.parse_args()
     device = torch.device("cuda", 0)
     copy_bps, bf16_flops = measure_ceilings(device)
@@ -88,7 +90,7 @@ def main() -> int:
         sets = operand_sets(sizes, device)
         flops = sum(2 * m * n * k for m, n, k in sizes)
         moved = sum(sum(validation.operand_bytes(m, n, k).values()) for m, n, k in sizes)
-        for family in FAMILIES:
+        for family in args.family or FAMILIES:
             plans, graphs = {}, {}
             for epilogue in EPILOGUES:
                 plan = GroupedGemmPlan(
@@ -109,7 +111,7 @@ def main() -> int:
                 graphs[epilogue] = graph
             samples = {e: [] for e in EPILOGUES}
             ratios = {e: [] for e in EPILOGUES}
-            for _round in range(ROUNDS):
+            for _round in range(args.rounds):
                 rounds = {}
                 for epilogue, graph in graphs.items():
                     ms = time_events(lambda _, g=graph: g.replay(), [None], REPLAYS, per_batch=1)
