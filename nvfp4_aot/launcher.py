@@ -58,6 +58,36 @@ from .intmath import round_up
 _PARAM_ALIGN = 64  # kernel parameter buffers start at cache-line boundaries
 
 
+class LaunchedPlan:
+    """What every plan kind does with its :class:`Launcher` (``self._launcher``): wait for
+    its runs, free capture slots, close, and serve as a context manager."""
+
+    _launcher: Launcher
+
+    def synchronize(self) -> None:
+        """Wait until every run of this plan has completed."""
+        self._launcher.synchronize()
+
+    def release_graph_slots(self) -> None:
+        """Free the capture slots of runs recorded into CUDA graphs; only once no graph
+        holding such a run will be launched again."""
+        self._launcher.release_capture_slots()
+
+    @property
+    def closed(self) -> bool:
+        return self._launcher.closed
+
+    def close(self) -> None:
+        """Wait for queued runs, then free the plan's device, pinned and event resources."""
+        self._launcher.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class Launcher:
     """Launches ``kernels[i]`` for ``layout.launches[i]`` on ``device``, from table slots."""
 

@@ -37,7 +37,7 @@ from math import prod
 
 from . import driver, loader, selection, validation
 from .errors import InvalidProblemError
-from .launcher import CheckedTables, Launcher
+from .launcher import CheckedTables, LaunchedPlan, Launcher
 from .manifest import ROLE_ROUTING, Epilogue
 from .moe_layout import (
     LAYOUTS,
@@ -86,7 +86,7 @@ _TORCH_DTYPES = {
 }
 
 
-class MoeGemmPlan:
+class MoeGemmPlan(LaunchedPlan):
     """A prepared MoE grouped GEMM: C = A_e @ B_e^T for the rows the routing gives expert e.
 
     Parameters
@@ -298,30 +298,6 @@ class MoeGemmPlan:
                     f"c overlaps {field} (0x{pointer:x} + {self._required[field]} bytes); "
                     "the output must not alias an input"
                 )
-
-    def synchronize(self) -> None:
-        """Wait until every run of this plan has completed."""
-        self._launcher.synchronize()
-
-    def release_graph_slots(self) -> None:
-        """Free the capture slots of runs recorded into CUDA graphs; only once no graph
-        holding such a run will be launched again."""
-        self._launcher.release_capture_slots()
-
-    # lifetime ---------------------------------------------------------------------------
-
-    @property
-    def closed(self) -> bool:
-        return self._launcher.closed
-
-    def close(self) -> None:
-        self._launcher.close()
-
-    def __enter__(self) -> MoeGemmPlan:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return (

@@ -23,13 +23,13 @@ from . import driver, loader, selection, validation
 from .errors import InvalidProblemError
 from .intake import OperandIntake, describe, infer_problem_sizes
 from .launch_layout import LaunchLayout
-from .launcher import CheckedTables, Launcher
+from .launcher import CheckedTables, LaunchedPlan, Launcher
 from .manifest import Epilogue
 from .operands import out_dtype_name, stream_handle
 from .stacked import StackedIntake
 
 
-class GroupedGemmPlan:
+class GroupedGemmPlan(LaunchedPlan):
     """A prepared grouped GEMM for fixed problem sizes on one device.
 
     Parameters
@@ -125,10 +125,6 @@ class GroupedGemmPlan:
     @property
     def device_bytes(self) -> int:
         return self.layout.device_bytes
-
-    @property
-    def closed(self) -> bool:
-        return self._launcher.closed
 
     def kernel_inputs(self, slot: int = 0) -> list[dict[str, int]]:
         """The kernel inputs of every sub-launch for ring slot ``slot`` (for inspection)."""
@@ -242,27 +238,6 @@ class GroupedGemmPlan:
         """
         flat, _producers = self._intake.pointers(a, b, c, sfa, sfb, 0, alpha)
         self._launcher.stage_graph(self._tables.table(tuple(flat)))
-
-    def synchronize(self) -> None:
-        """Wait until every run of this plan has completed."""
-        self._launcher.synchronize()
-
-    def release_graph_slots(self) -> None:
-        """Free the capture slots of runs recorded into CUDA graphs; only once no graph
-        holding such a run will be launched again."""
-        self._launcher.release_capture_slots()
-
-    # lifetime ---------------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Wait for queued runs, then free the plan's device, pinned and event resources."""
-        self._launcher.close()
-
-    def __enter__(self) -> GroupedGemmPlan:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         names = ", ".join(v.name for v in self.variants) or "no kernel"

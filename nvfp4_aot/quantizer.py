@@ -34,7 +34,7 @@ from math import prod
 
 from . import driver, loader
 from .errors import InvalidProblemError
-from .launcher import CheckedTables, Launcher
+from .launcher import CheckedTables, LaunchedPlan, Launcher
 from .manifest import ROLE_QUANTIZE
 from .operands import (
     FP4_DTYPES,
@@ -52,7 +52,7 @@ _X_DTYPES = {"bfloat16": ("bf16", "u2"), "float16": ("f2",)}
 _OUTPUTS = ("out", "scales")
 
 
-class QuantizePlan:
+class QuantizePlan(LaunchedPlan):
     """A prepared NVFP4 activation quantizer (the module docstring has the forms).
 
     Parameters
@@ -189,30 +189,6 @@ class QuantizePlan:
 
     def _check_pointers(self, pointers) -> None:
         check_pointers(self.problem, pointers)
-
-    def synchronize(self) -> None:
-        """Wait until every run of this plan has completed."""
-        self._launcher.synchronize()
-
-    def release_graph_slots(self) -> None:
-        """Free the capture slots of runs recorded into CUDA graphs; only once no graph
-        holding such a run will be launched again."""
-        self._launcher.release_capture_slots()
-
-    # lifetime ---------------------------------------------------------------------------
-
-    @property
-    def closed(self) -> bool:
-        return self._launcher.closed
-
-    def close(self) -> None:
-        self._launcher.close()
-
-    def __enter__(self) -> QuantizePlan:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         p = self.problem

@@ -75,6 +75,7 @@ from ..moe_layout import (
     R_WORDS,
     SF_BLOCK_ROWS,
 )
+from .cta_scan import block_scan
 
 FAMILY = "moe_routing"
 ARCHS = ("sm_90a", "sm_100a", "sm_103a")
@@ -86,30 +87,6 @@ MAX_CHUNKS = 1 << 16  # an extent for the plan words' tensor, far past any real 
 # No output tiles of its own (the GEMM's tile is a plan word); the bake records a tile
 # shape for every family.
 TILE_M, TILE_N, TILE_K = 1, 1, 1
-
-
-@cute.jit
-def block_scan(value: cutlass.Int32, s_warp: cute.Tensor, tidx: cutlass.Int32):
-    """(exclusive prefix, total) of ``value`` over the CTA's threads, in thread order."""
-    lane = tidx % 32
-    warp = tidx // 32
-    inclusive = value
-    for d in cutlass.range_constexpr(5):
-        other = cute.arch.shuffle_sync_up(inclusive, 1 << d, mask_and_clamp=0)
-        if lane >= (1 << d):
-            inclusive = inclusive + other
-    if lane == 31:
-        s_warp[warp] = inclusive
-    cute.arch.barrier()
-    before = cutlass.Int32(0)
-    total = cutlass.Int32(0)
-    for w in cutlass.range_constexpr(WARPS):
-        partial = s_warp[w]
-        if w < warp:
-            before = before + partial
-        total = total + partial
-    cute.arch.barrier()  # s_warp is reused by the next scan
-    return before + inclusive - value, total
 
 
 def gemm_table(plan: cute.Tensor, word, dtype, layout) -> cute.Tensor:

@@ -72,6 +72,7 @@ from ..quantize_layout import (
     R_X,
     SEGMENT_BLOCKS,
 )
+from .cta_scan import block_scan
 
 FAMILY = "nvfp4_quantize"
 ARCHS = ("sm_90a", "sm_100a", "sm_103a")
@@ -272,30 +273,6 @@ def quantize_block(words, g_bits: cutlass.Int32, fp16: bool, *, loc=None, ip=Non
 # ---------------------------------------------------------------------------------------
 # device code
 # ---------------------------------------------------------------------------------------
-
-
-@cute.jit
-def block_scan(value: cutlass.Int32, s_warp: cute.Tensor, tidx: cutlass.Int32):
-    """(exclusive prefix, total) of ``value`` over the CTA's threads, in thread order."""
-    lane = tidx % 32
-    warp = tidx // 32
-    inclusive = value
-    for d in cutlass.range_constexpr(5):
-        other = cute.arch.shuffle_sync_up(inclusive, 1 << d, mask_and_clamp=0)
-        if lane >= (1 << d):
-            inclusive = inclusive + other
-    if lane == 31:
-        s_warp[warp] = inclusive
-    cute.arch.barrier()
-    before = cutlass.Int32(0)
-    total = cutlass.Int32(0)
-    for w in cutlass.range_constexpr(WARPS):
-        partial = s_warp[w]
-        if w < warp:
-            before = before + partial
-        total = total + partial
-    cute.arch.barrier()  # s_warp is reused by the next scan
-    return before + inclusive - value, total
 
 
 @cute.jit
