@@ -62,12 +62,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import GpuHold, copy_bandwidth, random_scales, time_graph, time_steps  # noqa: E402
 from bench_moe import (  # noqa: E402
     EAGER_POOL,
-    SAMPLE,
     TOP_K,
+    MoeCase,
     Router,
     eager_wall,
     make_weights,
-    spot_check,
     touched_bytes,
 )
 
@@ -84,36 +83,8 @@ MIN_STEPS = 10
 
 
 def bench_case(experts, n, k, tokens, weights, copy_bps, hold, args, device) -> dict:
-    b, sfb, weights16 = weights
-    rows = tokens * TOP_K
-    generator = torch.Generator(device=device).manual_seed(args.seed * 1000 + tokens)
-    plan = MoeGemmPlan(experts, n, k, layout="contiguous", capacity=rows,
-                       device=device.index or 0, kernel=args.kernel)  # fmt: skip
-    needs = plan.layout.operand_bytes()
-    a = torch.randint(0, 256, (rows, k // 2), dtype=torch.uint8, device=device)
-    sfa = random_scales(needs["sfa"], device)
-    c = torch.empty(rows, n, dtype=torch.float16, device=device)
-    a16 = torch.randn(rows, k, dtype=torch.bfloat16, device=device, generator=generator)
-    weights16_t = weights16.transpose(-2, -1)  # (E, k, n), as torch._grouped_mm takes it
-    router = Router(experts, tokens, device, generator)
-    stream = torch.cuda.current_stream().cuda_stream
-
-    def operand(t):
-        return t.data_ptr() if args.pointers else t
-
-    fixed = [operand(t) for t in (a, b, c, sfa, sfb)]
-    offsets = operand(router.offsets)
-
-    def ours(routing):
-        plan.run(*fixed, routing, stream=stream)
-
-    sample = torch.empty(SAMPLE, experts + 1, dtype=torch.int32, device=device)
-    for i in range(SAMPLE):
-        router(i)
-        sample[i].copy_(router.offsets)
-    pool = [operand(sample[i]) for i in range(EAGER_POOL)]
-    counts = np.diff(sample.cpu().numpy().astype(np.int64), axis=1)
-    assert (counts.sum(axis=1) == rows).all(), "a routing lost rows"
+    case = MoeCase(experts, n, k, tokens, weights, args, device)
+    plan, rows, counts, sample = case.plan, case.rows, case.counts, case.sample
     hit = np.count_nonzero(counts, axis=1)
     row = {"experts": experts, "n": n, "k": k, "tokens": tokens, "rows": rows,
            "family": plan.family, "gemm_launches": len(plan.layout.chunks),
@@ -122,37 +93,25 @@ def bench_case(experts, n, k, tokens, weights, copy_bps, hold, args, device) -> 
            "max_expert_rows": int(counts.max())}  # fmt: skip
     row["decode"] = row["rows_per_expert_hit"] <= DECODE_ROWS_PER_EXPERT
     row["mem_floor_us"] = statistics.median(touched_bytes(x, n, k) for x in counts) / copy_bps * 1e6
-    row["check"] = spot_check(lambda r: ours(operand(r)), a, sfa, weights16, sample[0], c, k)
+    row["check"] = case.check(k)
+    steps = row["steps"] = case.steps(args.steps, MIN_STEPS, STEP_BUDGET_MS)
 
-    ours(offsets)  # how many steps fit the budget
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for i in range(5):
-        ours(pool[i % EAGER_POOL])
-    torch.cuda.synchronize()
-    per_ms = (time.perf_counter() - start) * 1e3 / 5
-    steps = max(MIN_STEPS, min(args.steps, int(STEP_BUDGET_MS / max(per_ms, 1e-3))))
-    row["steps"] = steps
-
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode="relaxed"):  # as tests/test_moe_gpu.py
-        plan.run(*fixed, offsets, stream=torch.cuda.current_stream().cuda_stream)
-    torch.cuda.synchronize()
-    times, starved = time_steps(router, lambda _i: graph.replay(), steps, hold)
+    graph = case.graph()
+    times, starved = time_steps(case.router, lambda _i: graph.replay(), steps, hold)
     row["ours_graph_us"] = statistics.median(times)
     row["starved_chunks"] = starved
 
-    walls, host = eager_wall(lambda i: ours(pool[i % EAGER_POOL]), steps)
+    walls, host = eager_wall(lambda i: case.ours(case.pool[i % EAGER_POOL]), steps)
     row["ours_eager_us"] = statistics.median(walls)
     row["host_us_per_run"] = statistics.median(host)
     row["eager_minus_graph_us"] = row["ours_eager_us"] - row["ours_graph_us"]
-    row["host_pointers_us"] = host_with_pointers(plan, (a, b, c, sfa, sfb), sample, stream, steps)
+    row["host_pointers_us"] = host_with_pointers(plan, case.tensors, sample, case.stream, steps)
 
     try:
         torch_graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(torch_graph):
-            torch._grouped_mm(a16, weights16_t, offs=router.ends)
-        times, starved = time_steps(router, lambda _i: torch_graph.replay(), steps, hold)
+            case.grouped_mm()
+        times, starved = time_steps(case.router, lambda _i: torch_graph.replay(), steps, hold)
         row["grouped_mm_graph_us"] = statistics.median(times)
         row["starved_chunks"] += starved
     except RuntimeError as exc:
@@ -160,8 +119,9 @@ def bench_case(experts, n, k, tokens, weights, copy_bps, hold, args, device) -> 
 
     dense_out = torch.empty(rows, n, dtype=torch.bfloat16, device=device)
     dense = time_graph(
-        lambda _: torch.matmul(a16, weights16[0].T, out=dense_out), [None], max(30, steps)
-    )
+        lambda _: torch.matmul(case.a16, case.weights16[0].T, out=dense_out), [None],
+        max(30, steps),
+    )  # fmt: skip
     row["dense_bf16_us"] = statistics.median(dense) * 1e3
     row["ours_over_floor"] = row["ours_graph_us"] / row["mem_floor_us"]
     if "grouped_mm_graph_us" in row:

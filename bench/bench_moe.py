@@ -194,40 +194,76 @@ def touched_bytes(counts: np.ndarray, n: int, k: int) -> int:
     return active * (n * k // 2 + blocked_bytes(n, k)) + rows * (k // 2 + k // 16 + 2 * n)
 
 
+class MoeCase:
+    """One benchmark configuration's plan and device data (shared with bench_decode.py):
+    ours (contiguous, capacity = tokens * TOP_K) and the BF16 operands of the baselines,
+    the router, and SAMPLE routings made on the GPU (read back once for the statistics;
+    the first EAGER_POOL kept for ours eager). ``args.pointers``: hand ours int pointers
+    instead of tensors."""
+
+    def __init__(self, experts, n, k, tokens, weights, args, device):
+        b, sfb, self.weights16 = weights
+        self.rows = rows = tokens * TOP_K
+        generator = torch.Generator(device=device).manual_seed(args.seed * 1000 + tokens)
+        self.plan = MoeGemmPlan(experts, n, k, layout="contiguous", capacity=rows,
+                                device=device.index or 0, kernel=args.kernel)  # fmt: skip
+        needs = self.plan.layout.operand_bytes()
+        self.a = torch.randint(0, 256, (rows, k // 2), dtype=torch.uint8, device=device)
+        self.sfa = random_scales(needs["sfa"], device)
+        self.c = torch.empty(rows, n, dtype=torch.float16, device=device)
+        self.tensors = (self.a, b, self.c, self.sfa, sfb)
+        self.a16 = torch.randn(rows, k, dtype=torch.bfloat16, device=device, generator=generator)
+        self.weights16_t = self.weights16.transpose(-2, -1)  # (E, k, n), torch._grouped_mm's
+        self.router = Router(experts, tokens, device, generator)
+        self.stream = torch.cuda.current_stream().cuda_stream
+        self.operand = (lambda t: t.data_ptr()) if args.pointers else (lambda t: t)
+        self.fixed = [self.operand(t) for t in self.tensors]
+        self.offsets = self.operand(self.router.offsets)
+        self.sample = torch.empty(SAMPLE, experts + 1, dtype=torch.int32, device=device)
+        for i in range(SAMPLE):
+            self.router(i)
+            self.sample[i].copy_(self.router.offsets)
+        self.pool = [self.operand(self.sample[i]) for i in range(EAGER_POOL)]
+        self.counts = np.diff(self.sample.cpu().numpy().astype(np.int64), axis=1)
+        assert (self.counts.sum(axis=1) == rows).all(), "a routing lost rows"
+
+    def ours(self, routing, stream=None) -> None:
+        self.plan.run(*self.fixed, routing, stream=self.stream if stream is None else stream)
+
+    def check(self, k: int) -> dict:
+        """The spot check of one sampled routing against dequantized torch math."""
+        return spot_check(
+            lambda r: self.ours(self.operand(r)), self.a, self.sfa, self.weights16,
+            self.sample[0], self.c, k,
+        )  # fmt: skip
+
+    def steps(self, wanted: int, least: int, budget_ms: float = STEP_BUDGET_MS) -> int:
+        """How many steps fit ``budget_ms`` of eager runs (at least ``least``)."""
+        self.ours(self.offsets)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for i in range(5):
+            self.ours(self.pool[i % EAGER_POOL])
+        torch.cuda.synchronize()
+        per_ms = (time.perf_counter() - start) * 1e3 / 5
+        return max(least, min(wanted, int(budget_ms / max(per_ms, 1e-3))))
+
+    def graph(self) -> torch.cuda.CUDAGraph:
+        """Ours captured once (a new routing goes into the same offsets before replays)."""
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode="relaxed"):  # as test_moe_gpu.py
+            self.ours(self.offsets, stream=torch.cuda.current_stream().cuda_stream)
+        torch.cuda.synchronize()
+        return graph
+
+    def grouped_mm(self) -> None:
+        torch._grouped_mm(self.a16, self.weights16_t, offs=self.router.ends)
+
+
 def bench_case(name, experts, n, k, tokens, weights, copy_bps, hold, args, device) -> dict:
-    b, sfb, weights16 = weights
-    rows = tokens * TOP_K
-    generator = torch.Generator(device=device).manual_seed(args.seed * 1000 + tokens)
-    plan = MoeGemmPlan(experts, n, k, layout="contiguous", capacity=rows,
-                       device=device.index or 0, kernel=args.kernel)  # fmt: skip
-    needs = plan.layout.operand_bytes()
-    a = torch.randint(0, 256, (rows, k // 2), dtype=torch.uint8, device=device)
-    sfa = random_scales(needs["sfa"], device)
-    c = torch.empty(rows, n, dtype=torch.float16, device=device)
-    a16 = torch.randn(rows, k, dtype=torch.bfloat16, device=device, generator=generator)
-    weights16_t = weights16.transpose(-2, -1)  # (E, k, n), as torch._grouped_mm takes it
-    router = Router(experts, tokens, device, generator)
-    stream = torch.cuda.current_stream().cuda_stream
-
-    def operand(t):
-        return t.data_ptr() if args.pointers else t
-
-    fixed = [operand(t) for t in (a, b, c, sfa, sfb)]
-    offsets = operand(router.offsets)
-
-    def ours(routing, stream=stream):
-        plan.run(*fixed, routing, stream=stream)
-
-    # routings made on the GPU by the router: a sample read back once for the statistics,
-    # the first EAGER_POOL kept for ours eager
-    sample = torch.empty(SAMPLE, experts + 1, dtype=torch.int32, device=device)
-    for i in range(SAMPLE):
-        router(i)
-        sample[i].copy_(router.offsets)
-    pool = [sample[i] for i in range(EAGER_POOL)]
-    pool_operands = [operand(t) for t in pool]
-    counts = np.diff(sample.cpu().numpy().astype(np.int64), axis=1)
-    assert (counts.sum(axis=1) == rows).all(), "a routing lost rows"
+    case = MoeCase(experts, n, k, tokens, weights, args, device)
+    plan, rows, router, counts = case.plan, case.rows, case.router, case.counts
+    ours, offsets, pool_operands = case.ours, case.offsets, case.pool
     row = {"config": name, "experts": experts, "n": n, "k": k, "tokens": tokens, "rows": rows,
            "family": plan.family, "gemm_launches": len(plan.layout.chunks)}  # fmt: skip
     row["experts_hit"] = float(np.median(np.count_nonzero(counts, axis=1)))
@@ -236,24 +272,11 @@ def bench_case(name, experts, n, k, tokens, weights, copy_bps, hold, args, devic
         statistics.median(touched_bytes(c_, n, k) for c_ in counts) / copy_bps * 1e6
     )
 
-    row["check"] = spot_check(lambda r: ours(operand(r)), a, sfa, weights16, pool[0], c, k)
-
-    # how many steps fit the budget
-    ours(offsets)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for i in range(5):
-        ours(pool_operands[i % EAGER_POOL])
-    torch.cuda.synchronize()
-    per_ms = (time.perf_counter() - start) * 1e3 / 5
-    steps = max(20, min(args.steps, int(STEP_BUDGET_MS / max(per_ms, 1e-3))))
-    row["steps"] = steps
+    row["check"] = case.check(k)
+    steps = row["steps"] = case.steps(args.steps, 20)
 
     # ours: one graph, captured once; a new routing before every replay
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode="relaxed"):  # as tests/test_moe_gpu.py
-        ours(offsets, stream=torch.cuda.current_stream().cuda_stream)
-    torch.cuda.synchronize()
+    graph = case.graph()
     times, starved = time_steps(router, lambda _i: graph.replay(), steps, hold)
     row["ours_graph_us"] = statistics.median(times)
     row["ours_graph_p10_us"], row["ours_graph_p90_us"] = _deciles(times)
@@ -271,7 +294,7 @@ def bench_case(name, experts, n, k, tokens, weights, copy_bps, hold, args, devic
 
     def step_torch(i):
         router(i)
-        torch._grouped_mm(a16, weights16_t, offs=router.ends)
+        case.grouped_mm()
 
     row["step_eager_us"] = statistics.median(eager_wall(step_ours, steps)[0])
     row["syncs"] = sync_check(step_ours, hold)
@@ -279,7 +302,7 @@ def bench_case(name, experts, n, k, tokens, weights, copy_bps, hold, args, devic
         row["torch_step_eager_us"] = statistics.median(eager_wall(step_torch, steps)[0])
         torch_graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(torch_graph):
-            torch._grouped_mm(a16, weights16_t, offs=router.ends)
+            case.grouped_mm()
         times, starved = time_steps(router, lambda _i: torch_graph.replay(), steps, hold)
         row["grouped_mm_graph_us"] = statistics.median(times)
         row["starved_chunks"] += starved
@@ -288,8 +311,9 @@ def bench_case(name, experts, n, k, tokens, weights, copy_bps, hold, args, devic
 
     dense_out = torch.empty(rows, n, dtype=torch.bfloat16, device=device)
     dense_times = time_graph(
-        lambda _: torch.matmul(a16, weights16[0].T, out=dense_out), [None], max(50, steps)
-    )
+        lambda _: torch.matmul(case.a16, case.weights16[0].T, out=dense_out), [None],
+        max(50, steps),
+    )  # fmt: skip
     row["dense_bf16_us"] = statistics.median(dense_times) * 1e3
     row["flops"] = 2 * rows * n * k
     row["ours_tflops"] = row["flops"] / (row["ours_graph_us"] * 1e-6) / 1e12

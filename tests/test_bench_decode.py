@@ -81,3 +81,24 @@ def test_bench_case_runs_end_to_end(cpu_cuda):
     table = bench_decode.markdown([row])
     assert table.count("\n") == 2 and "| 130 | 128, 256 | 8 |" in table
     assert bench_decode.summary([row]).startswith("1 configurations, 1 decode")
+
+
+def test_bench_moe_case_shares_the_setup(cpu_cuda):
+    """bench_moe.py's configuration runs through the same MoeCase (sync check stubbed:
+    it needs a real GPU hold)."""
+    import bench_moe
+    from bench_common import GpuHold
+
+    committed = loader.load_manifest()
+    fake = FakeDriver(capability=(9, 0), kernel_params=kernel_params_of(committed))
+    with installed(fake):
+        experts, n, k, tokens = 8, 128, 256, 8
+        weights = bench_moe.make_weights(experts, n, k, torch.device("cpu"))
+        args = SimpleNamespace(seed=0, kernel=None, pointers=True, steps=12)
+        bench_moe.sync_check = lambda _fn, _hold: {"stubbed": True}
+        row = bench_moe.bench_case(
+            "cpu", experts, n, k, tokens, weights, 4e12, GpuHold(), args, torch.device("cpu")
+        )
+        assert fake.launches
+    assert row["rows"] == 64 and row["steps"] >= 20 and row["mem_floor_us"] > 0
+    assert row["syncs"] == {"stubbed": True}
