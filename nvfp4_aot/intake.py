@@ -52,6 +52,20 @@ def describe(g: int, field: str, obj, stream: int) -> DeviceArray:
         raise InvalidProblemError(f"group {g}: {field}: {exc}") from exc
 
 
+def array_pointer(field: str, obj, stream: int, launch_stream: int, producers, check) -> int:
+    """The device address of array operand ``field`` of a whole-array plan (MoE,
+    quantizer) after ``check(field, array)``; a producer stream it names
+    (``__cuda_array_interface__`` v3) other than ``launch_stream`` joins ``producers``."""
+    try:
+        array = device_array(obj, stream)
+    except (TypeError, ValueError) as exc:
+        raise InvalidProblemError(f"{field}: {exc}") from exc
+    check(field, array)
+    if array.stream is not None and array.stream != launch_stream:
+        producers.add(array.stream)
+    return array.pointer
+
+
 class OperandIntake:
     """Turns the five per-group operand columns of one plan (and its alpha array) into a
     flat pointer list.

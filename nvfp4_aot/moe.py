@@ -37,6 +37,7 @@ from math import prod
 
 from . import driver, loader, selection, validation
 from .errors import InvalidProblemError
+from .intake import array_pointer
 from .launcher import CheckedTables, LaunchedPlan, Launcher
 from .manifest import ROLE_ROUTING, Epilogue
 from .moe_layout import (
@@ -58,7 +59,6 @@ from .operands import (
     check_alpha,
     check_matrix,
     check_scales,
-    device_array,
     is_c_contiguous,
     out_dtype_name,
     stream_handle,
@@ -217,14 +217,9 @@ class MoeGemmPlan(LaunchedPlan):
             if pointer is not None:
                 pointers.append(pointer)
                 continue
-            try:
-                array = device_array(obj, stream)
-            except (TypeError, ValueError) as exc:
-                raise InvalidProblemError(f"{field}: {exc}") from exc
-            self._check_array(field, array)
-            if array.stream is not None and array.stream != launch_stream:
-                producers.add(array.stream)
-            pointers.append(array.pointer)
+            pointers.append(
+                array_pointer(field, obj, stream, launch_stream, producers, self._check_array)
+            )
         return tuple(pointers), producers
 
     def _torch_pointer(self, field: str, obj) -> int | None:

@@ -34,13 +34,13 @@ from math import prod
 
 from . import driver, loader
 from .errors import InvalidProblemError
+from .intake import array_pointer
 from .launcher import CheckedTables, LaunchedPlan, Launcher
 from .manifest import ROLE_QUANTIZE
 from .operands import (
     FP4_DTYPES,
     SCALE_DTYPES,
     check_scales,
-    device_array,
     stream_handle,
 )
 from .quantize_layout import DTYPES, FORMS, RUN_FIELDS, QuantizeLayout, QuantizeProblem
@@ -165,14 +165,9 @@ class QuantizePlan(LaunchedPlan):
             if type(obj) is int:
                 pointers.append(obj)
                 continue
-            try:
-                array = device_array(obj, stream)
-            except (TypeError, ValueError) as exc:
-                raise InvalidProblemError(f"{field}: {exc}") from exc
-            self._check_array(field, array)
-            if array.stream is not None and array.stream != launch_stream:
-                producers.add(array.stream)
-            pointers.append(array.pointer)
+            pointers.append(
+                array_pointer(field, obj, stream, launch_stream, producers, self._check_array)
+            )
         return tuple(pointers), producers
 
     def _check_array(self, field: str, array) -> None:
