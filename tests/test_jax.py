@@ -22,7 +22,7 @@ from fake_driver import FakeDriver, installed
 from nvfp4_aot import loader
 from nvfp4_aot.blocked import blocked_scale_bytes
 from nvfp4_aot.errors import InvalidProblemError
-from nvfp4_aot.jax import checks, handler, xla_ffi
+from nvfp4_aot.jax import checks, handler, quantize_handler, xla_ffi
 from nvfp4_aot.moe_data import MoeProblem, random_counts
 from nvfp4_aot.moe_layout import contiguous_scale_rows
 from support import REPO, kernel_params_of
@@ -53,7 +53,7 @@ def test_package_imports_without_jax():
                     raise ImportError(f"{name} is blocked in this test")
         sys.meta_path.insert(0, Block())
         import nvfp4_aot.jax as nj
-        from nvfp4_aot.jax import checks, handler, xla_ffi
+        from nvfp4_aot.jax import checks, handler, quantize_handler, xla_ffi
         assert not [m for m in sys.modules if m.split(".")[0] in ("jax", "jaxlib")]
         try:
             nj.moe_gemm
@@ -298,10 +298,14 @@ def test_register_once_keeps_the_first_setting(jax, monkeypatch):
     monkeypatch.setattr(handler, "_registered", None)
     monkeypatch.setattr(handler, "_command_buffer", False)
     calls = []
-    monkeypatch.setattr(jax.ffi, "register_ffi_target", lambda *a, **k: calls.append(k))
+    names = []
+    monkeypatch.setattr(
+        jax.ffi, "register_ffi_target", lambda *a, **k: (calls.append(k), names.append(a))
+    )
     handler.register(command_buffer=True)
     handler.register()  # what moe_gemm calls: keeps the experiment's setting
-    assert handler._command_buffer and [c["platform"] for c in calls] == ["CUDA", "cpu"]
+    assert handler._command_buffer and [c["platform"] for c in calls] == ["CUDA", "cpu"] * 2
+    assert [a[0] for a in names] == [handler.TARGET] * 2 + [quantize_handler.TARGET] * 2
     with pytest.raises(RuntimeError, match="already registered with command_buffer=True"):
         handler.register(command_buffer=False)
 
