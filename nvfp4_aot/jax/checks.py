@@ -202,6 +202,11 @@ def check_quantize_call(
             _check_int32("index", index, (capacity,), "index[capacity]", form)
         elif capacity is None:
             capacity = rows
+        elif capacity > rows:
+            raise InvalidProblemError(
+                f"without an index output row i reads row i of x: the plan's rows ({rows}) "
+                f"must be >= capacity ({capacity}), or pass index"
+            )
     out_shape = (experts, capacity, k // 2) if form == "masked" else (capacity, k // 2)
     if capacity == 0 and k > 0 and experts > 0:
         return QuantizeCall(None, out_shape, 0)  # no output rows: nothing runs
