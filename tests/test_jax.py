@@ -765,3 +765,16 @@ def test_quantize_lowering_for_cuda_names_the_target(jax):
         pytest.skip(f"this jax cannot lower for CUDA here: {exc}")
     text = exported.mlir_module()
     assert quantize_handler.TARGET in text and "tensor<256x256xui8>" in text
+
+
+def test_prepare_quantize_makes_the_plan_a_call_uses(jax, fake):
+    import nvfp4_aot.jax as nj
+
+    x = jax.ShapeDtypeStruct((100, 64), jax.numpy.bfloat16)
+    g = jax.ShapeDtypeStruct((), np.float32)
+    offsets, index = (jax.ShapeDtypeStruct(s, np.int32) for s in ((5,), (150,)))
+    plan = nj.prepare_quantize(x, g, form="contiguous", routing=offsets, index=index, device=0)
+    assert handler.plans() == [plan] and plan.out_shape == (150, 32)
+    frame, _, _ = _quantize_frame("contiguous", capacity=150)  # the same shapes
+    assert frame.call(quantize_handler.execute_cuda) is None, frame.errors
+    assert handler.plans() == [plan] and len(fake.launches) == 1
