@@ -10,20 +10,22 @@ GEMMs through XLA's FFI (``nvfp4_aot.jax.moe_gemm``), nothing read back to the h
 
     top_logits, top_experts = jax.lax.top_k(logits, top_k)
     r = nj.route(top_experts, E)                          # sort by expert, offsets
-    xq, xs, xg = nj.quantize_standin(x)                   # NVFP4 activations (STAND-IN)
-    sfa = nj.blocked_scales(xs[r.tokens], r.scale_rows, r.scale_row_count)
-    c1 = nj.moe_gemm(xq[r.tokens], w1, sfa, w1_scales, r.offsets,     # ONE call, all E
+    g_x = 2688 / max|x|                                   # float32, on the device
+    xq, sfa = nj.quantize(x, g_x, form="contiguous",      # the baked quantizer: row i
+                          routing=r.offsets, index=r.tokens)  # reads x[tokens[i]]
+    c1 = nj.moe_gemm(xq, w1, sfa, w1_scales, r.offsets,   # ONE call, all E
                      alpha=w1_scale_2 / g_x)              # 1 / (g_x g_w1[e]), per expert
     h = silu(gate) * up
-    hq, hs, hg = nj.quantize_standin(h)                   # same rows, same segments
+    hq, sfa2 = nj.quantize(h, g_h, form="contiguous", routing=r.offsets)  # same segments
     c2 = nj.moe_gemm(hq, w2, sfa2, w2_scales, r.offsets, alpha=w2_scale_2 / g_h)
     y = zeros.at[r.tokens].add(c2 * router weight)
 
 Weights are quantized once on the host with ``nvfp4_aot.quantize.quantize`` (numpy;
-two-level scales, per expert). Activations are quantized inside jit by
-``nvfp4_aot.jax.quantize_standin``, the jnp STAND-IN for the baked quantizer kernel
-(issue #16) with the exact rules of ``nvfp4_aot/quantize.py``. Every row of A and C is
-routed here (capacity T * top_k), so no row is left unspecified. The global scales are
+two-level scales, per expert). Activations (BF16) are quantized inside jit by
+``nvfp4_aot.jax.quantize``, the baked quantizer kernel (``nvfp4_aot.QuantizePlan``, the
+rules of ``nvfp4_aot/quantize.py``) through XLA's FFI: its contiguous form gathers the
+rows through the routing's token index and writes each expert's 128-row padded scale
+segment, the grouped GEMM's A and SFA in one launch. Every row of A and C is routed here (capacity T * top_k), so no row is left unspecified. The global scales are
 ModelOpt's ``2688 / amax`` (block scales up to 448): the products only fit FP16 after the
 per-expert alpha, which the GEMM applies to its FP32 accumulator (``alpha=``), computed
 on the device every step from the activations' own global scale.
@@ -49,6 +51,8 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU
 
 import numpy as np
 
+from nvfp4_aot.intmath import round_up
+from nvfp4_aot.layouts import blocked_to_scales
 from nvfp4_aot.quantize import quantize
 from nvfp4_aot.reference import dequantize, relative_error
 
@@ -104,25 +108,27 @@ def make_forward(jax, weights: Weights, top_k: int):
         top_weights = jax.nn.softmax(top_logits, axis=-1)
         r = nj.route(top_experts, w.experts)
 
-        # gate/up: tokens in expert order, one grouped GEMM for all experts
-        xg = GLOBAL / jnp.max(jnp.abs(x))
-        xq, xs, xg = nj.quantize_standin(x, xg)  # STAND-IN for the baked quantizer (#16)
-        sfa1 = nj.blocked_scales(xs[r.tokens], r.scale_rows, r.scale_row_count)
+        # gate/up: the quantizer reads the tokens in expert order (index r.tokens) and
+        # writes A and each expert's scale segment; one grouped GEMM for all experts
+        xb = x.astype(jnp.bfloat16)
+        xg = GLOBAL / jnp.max(jnp.abs(xb)).astype(jnp.float32)  # float32 on the device
+        xq, sfa1 = nj.quantize(xb, xg, form="contiguous", routing=r.offsets, index=r.tokens)
         alpha1 = w.w1_scale2 / xg  # input_scale * weight_scale_2, per expert, on the device
-        c1 = nj.moe_gemm(xq[r.tokens], w.w1, sfa1, w.w1_scales, r.offsets, alpha=alpha1)
+        c1 = nj.moe_gemm(xq, w.w1, sfa1, w.w1_scales, r.offsets, alpha=alpha1)
         gate, up = jnp.split(c1.astype(jnp.float32), 2, axis=1)
-        h = jax.nn.silu(gate) * up
+        h = (jax.nn.silu(gate) * up).astype(jnp.bfloat16)
 
         # down: h is already in expert order; same offsets, same scale segments
-        hq, hs, hg = nj.quantize_standin(h, GLOBAL / jnp.max(jnp.abs(h)))
-        sfa2 = nj.blocked_scales(hs, r.scale_rows, r.scale_row_count)
+        hg = GLOBAL / jnp.max(jnp.abs(h)).astype(jnp.float32)
+        hq, sfa2 = nj.quantize(h, hg, form="contiguous", routing=r.offsets)
         c2 = nj.moe_gemm(hq, w.w2, sfa2, w.w2_scales, r.offsets, alpha=w.w2_scale2 / hg)
         route_weight = top_weights.reshape(-1)[r.order]
         y = jnp.zeros_like(x).at[r.tokens].add(c2.astype(jnp.float32) * route_weight[:, None])
         trace = {
             "tokens": r.tokens, "experts": r.experts, "offsets": r.offsets,
-            "route_weight": route_weight, "xq": xq, "xs": xs, "xg": xg,
-            "hq": hq, "hs": hs, "hg": hg, "c1": c1, "c2": c2, "alpha1": alpha1,
+            "route_weight": route_weight, "scale_rows": r.scale_rows, "xq": xq,
+            "sfa1": sfa1, "xg": xg, "hq": hq, "sfa2": sfa2, "hg": hg, "c1": c1, "c2": c2,
+            "alpha1": alpha1,
             "alpha2": w.w2_scale2 / hg,
         }  # fmt: skip
         return y, trace
@@ -162,13 +168,15 @@ def check(weights: Weights, y, trace, label: str) -> bool:
     """One forward against float64 of the same quantized operands; print, return ok."""
     t = {name: np.asarray(v) for name, v in trace.items()}
     tokens, experts = t["tokens"], t["experts"]
-    x64 = dequantize(t["xq"], t["xs"])  # times 1/g_x: applied with alpha
-    h64 = dequantize(t["hq"], t["hs"])
+    # A in expert order (times 1/g: applied with alpha), its scales read back from the
+    # rows of the blocked SFA the routing gives each token row
+    x64 = dequantize(t["xq"], row_scales(t["sfa1"], t["scale_rows"], 2 * t["xq"].shape[1]))
+    h64 = dequantize(t["hq"], row_scales(t["sfa2"], t["scale_rows"], 2 * t["hq"].shape[1]))
     ref1, ref2 = np.zeros(t["c1"].shape), np.zeros(t["c2"].shape)
     alpha1, alpha2 = (np.asarray(t[name], np.float64) for name in ("alpha1", "alpha2"))
     for e in np.unique(experts):  # rows are sorted by expert
         rows = np.flatnonzero(experts == e)
-        ref1[rows] = alpha1[e] * (x64[tokens[rows]] @ weights.w1_codes[e].T)  # the kernel's C
+        ref1[rows] = alpha1[e] * (x64[rows] @ weights.w1_codes[e].T)  # the kernel's C
         ref2[rows] = alpha2[e] * (h64[rows] @ weights.w2_codes[e].T)
     y_ref = np.zeros(y.shape)
     np.add.at(y_ref, tokens, ref2 * t["route_weight"][:, None])
@@ -187,6 +195,13 @@ def check(weights: Weights, y, trace, label: str) -> bool:
         + (" ok" if ok else " MISMATCH")
     )
     return ok
+
+
+def row_scales(blocked, scale_rows, k: int) -> np.ndarray:
+    """Row-major E4M3 scale bytes (rows, k/16) of the given rows of a blocked buffer."""
+    cols = k // 16
+    total_rows = blocked.size // round_up(cols, 4)
+    return blocked_to_scales(blocked, total_rows, cols)[scale_rows]
 
 
 def exact_layer(weights: Weights, x, router_bias, top_k: int) -> np.ndarray:

@@ -22,7 +22,7 @@ from fake_driver import FakeDriver, installed
 from nvfp4_aot import loader
 from nvfp4_aot.blocked import blocked_scale_bytes
 from nvfp4_aot.errors import InvalidProblemError
-from nvfp4_aot.jax import checks, handler, xla_ffi
+from nvfp4_aot.jax import checks, handler, quantize_handler, xla_ffi
 from nvfp4_aot.moe_data import MoeProblem, random_counts
 from nvfp4_aot.moe_layout import contiguous_scale_rows
 from support import REPO, kernel_params_of
@@ -53,7 +53,7 @@ def test_package_imports_without_jax():
                     raise ImportError(f"{name} is blocked in this test")
         sys.meta_path.insert(0, Block())
         import nvfp4_aot.jax as nj
-        from nvfp4_aot.jax import checks, handler, xla_ffi
+        from nvfp4_aot.jax import checks, handler, quantize_handler, xla_ffi
         assert not [m for m in sys.modules if m.split(".")[0] in ("jax", "jaxlib")]
         try:
             nj.moe_gemm
@@ -227,7 +227,7 @@ class FakeFrame:
 
 
 BASE = 0x7000_0000_0000
-U8, S32, F16 = 6, 4, 10
+U8, S32, F16, F32, BF16 = 6, 4, 10, 11, 16
 
 
 def _moe_frame(experts=8, n=256, k=512, capacity=100, extra=()) -> tuple[FakeFrame, list[int]]:
@@ -298,10 +298,14 @@ def test_register_once_keeps_the_first_setting(jax, monkeypatch):
     monkeypatch.setattr(handler, "_registered", None)
     monkeypatch.setattr(handler, "_command_buffer", False)
     calls = []
-    monkeypatch.setattr(jax.ffi, "register_ffi_target", lambda *a, **k: calls.append(k))
+    names = []
+    monkeypatch.setattr(
+        jax.ffi, "register_ffi_target", lambda *a, **k: (calls.append(k), names.append(a))
+    )
     handler.register(command_buffer=True)
     handler.register()  # what moe_gemm calls: keeps the experiment's setting
-    assert handler._command_buffer and [c["platform"] for c in calls] == ["CUDA", "cpu"]
+    assert handler._command_buffer and [c["platform"] for c in calls] == ["CUDA", "cpu"] * 2
+    assert [a[0] for a in names] == [handler.TARGET] * 2 + [quantize_handler.TARGET] * 2
     with pytest.raises(RuntimeError, match="already registered with command_buffer=True"):
         handler.register(command_buffer=False)
 
@@ -483,3 +487,294 @@ def test_route_and_blocked_scales_match_the_host_layout(jax):
     np.testing.assert_array_equal(
         np.asarray(blocked_scales(scales, np.arange(100), 128)), scales_to_blocked(scales)
     )
+
+
+# ---------------------------------------------------------------------------------------
+# the quantizer: nvfp4_aot.jax.quantize (target nvfp4_aot_quantize)
+
+
+def _named(shape, dtype):
+    """An operand by shape and dtype name (bfloat16 needs no ml_dtypes here)."""
+    return SimpleNamespace(shape=shape, dtype=SimpleNamespace(name=dtype))
+
+
+def _qcall(form="plain", x=((300, 128), "bfloat16"), g=((), "float32"), **rest):
+    ops = {name: _named(*value) if isinstance(value, tuple) else value
+           for name, value in rest.items()}  # fmt: skip
+    return checks.check_quantize_call(_named(*x), _named(*g), form, **ops)
+
+
+def test_quantize_check_gives_the_plans_shapes():
+    from nvfp4_aot.quantizer import QuantizePlan, make_problem
+
+    plain = _qcall()
+    assert plain.out_shape == (300, 64) and plain.scale_bytes == 384 * 8
+    contiguous = _qcall("contiguous", routing=((9,), "int32"), index=((600,), "int32"))
+    assert contiguous.out_shape == (600, 64)
+    problem = make_problem(128, "contiguous", 300, 600, 8, "bfloat16", None)
+    assert contiguous.problem == problem
+    assert contiguous.scale_bytes == contiguous_scale_rows(600, 8) * 8
+    masked = _qcall("masked", x=((4, 40, 256), "float16"), routing=((4,), "int32"))
+    assert masked.out_shape == (4, 40, 128) and masked.scale_bytes == 4 * 128 * 16
+    assert QuantizePlan.scale_bytes.fget(SimpleNamespace(layout=SimpleNamespace(
+        problem=masked.problem))) == masked.scale_bytes  # fmt: skip
+    assert _qcall(x=((0, 128), "bfloat16")).problem is None  # no rows: nothing runs
+
+
+@pytest.mark.parametrize(
+    "form, change, message",
+    [("plain", {"x": ((300, 128), "float32")}, r"^x must have dtype bfloat16 or float16, got float32"),
+     ("plain", {"x": ((300, 40), "bfloat16")}, r"^k must be a multiple of 16, got 40"),
+     ("plain", {"x": ((3, 300, 128), "bfloat16")}, r"^x must be \(rows, k\) for the plain form"),
+     ("plain", {"g": ((2,), "float32")}, r"^global_scale must be float32 of shape \(\) or \(1,\)"),
+     ("plain", {"g": ((), "float64")}, r"^global_scale must be float32 .* got float64"),
+     ("plain", {"routing": ((2,), "int32")}, r"^routing is not an operand of the plain form; pass None"),
+     ("plain", {"capacity": 10}, r"capacity must be rows = 300, got 10"),
+     ("contiguous", {}, r"^the contiguous form needs routing: int32 offsets\[E \+ 1\]"),
+     ("contiguous", {"routing": ((9,), "int64")}, r"^routing must have dtype int32, got int64"),
+     ("contiguous", {"routing": ((9,), "int32"), "index": ((99,), "int32"), "capacity": 100},
+      r"^index must be int32 index\[capacity\] of shape \(100,\), got shape \(99,\)"),
+     ("contiguous", {"routing": ((9,), "int32"), "experts": 4},
+      r"^routing must be int32 offsets\[E \+ 1\] of shape \(5,\), got shape \(9,\)"),
+     ("contiguous", {"routing": ((9,), "int32"), "capacity": 400},
+      r"^without an index output row i reads row i of x: the plan's rows \(300\) must be >= capacity \(400\)"),
+     ("masked", {"routing": ((4,), "int32")}, r"^x must be \(experts, max_m, k\) for the masked form"),
+     ("masked", {"x": ((4, 40, 128), "bfloat16"), "routing": ((5,), "int32")},
+      r"^routing must be int32 masked_m\[E\] of shape \(4,\), got shape \(5,\)"),
+     ("masked", {"x": ((4, 40, 128), "bfloat16"), "routing": ((4,), "int32"), "index": ((4,), "int32")},
+      r"^index is not an operand of the masked form; pass None"),
+     ("sideways", {}, r"^form must be one of \('plain', 'contiguous', 'masked'\), got 'sideways'")],
+)  # fmt: skip
+def test_quantize_check_errors_name_the_operand(form, change, message):
+    with pytest.raises(InvalidProblemError, match=message):
+        _qcall(form, **change)
+
+
+def _quantize_frame(form="plain", dtype=BF16, rows=100, k=64, experts=4, capacity=None):
+    """x, g[, routing][, index] and (out, scales) at made-up device addresses."""
+    from nvfp4_aot.quantizer import make_problem
+
+    p = [BASE + (i + 1) * (1 << 34) for i in range(6)]  # x, out, scales, g, routing, index
+    name = {BF16: "bfloat16", F16: "float16"}[dtype]
+    capacity = rows if capacity is None else capacity
+    if form == "masked":
+        problem = make_problem(k, form, None, capacity, experts, name, None)
+        args = [(p[0], (experts, capacity, k), dtype), (p[3], (), F32), (p[4], (experts,), S32)]
+        out = (experts, capacity, k // 2)
+    else:
+        problem = make_problem(k, form, rows, capacity, 1 if form == "plain" else experts,
+                               name, None)  # fmt: skip
+        args = [(p[0], (rows, k), dtype), (p[3], (), F32)]
+        if form == "contiguous":
+            args += [(p[4], (experts + 1,), S32), (p[5], (capacity,), S32)]
+        out = (capacity, k // 2)
+    rets = [(p[1], out, U8), (p[2], (problem.operand_bytes()["scales"],), U8)]
+    return FakeFrame(args, rets), p, problem
+
+
+@pytest.mark.parametrize("form", ["plain", "contiguous", "masked"])
+def test_quantize_handler_runs_the_plan_on_xlas_stream(fake, form):
+    capacity = {"plain": None, "contiguous": 150, "masked": 40}[form]
+    frame, (x, out, scales, g, routing, index), problem = _quantize_frame(form, capacity=capacity)
+    assert frame.call(quantize_handler.execute_cuda) is None, frame.errors
+    ((plan_key, plan),) = handler._plans.items()
+    assert plan_key[0] == "quantize" and plan.problem == problem
+    assert [launch.stream for launch in fake.launches] == [FakeFrame.STREAM]
+    _dst, data, stream = fake.copies[-1]
+    assert stream == FakeFrame.STREAM
+    expected = {
+        "plain": (x, out, scales, g, 0, 0),
+        "contiguous": (x, out, scales, g, routing, index),
+        "masked": (x, out, scales, g, routing, 0),
+    }[form]
+    assert struct.unpack_from("<6Q", data) == expected
+    allocations = fake.names().count("cuMemAlloc")
+    frame.call(quantize_handler.execute_cuda)  # the second call: same plan, nothing allocated
+    assert len(handler.plans()) == 1 and fake.names().count("cuMemAlloc") == allocations
+    assert len(fake.launches) == 2
+
+
+def test_quantize_handler_errors_are_xla_errors(fake):
+    frame, _, _ = _quantize_frame()
+    frame.frame.rets.args[0] = frame.frame.args.args[0]  # out at x: overlapping operands
+    assert frame.call(quantize_handler.execute_cuda) == FakeFrame.ERROR
+    ((code, message),) = frame.errors
+    assert code == xla_ffi.ERROR_INVALID_ARGUMENT
+    assert message.startswith(f"{quantize_handler.TARGET}: InvalidProblemError: out overlaps x")
+    frame = FakeFrame(
+        [(BASE, (8, 40), BF16), (BASE + (1 << 34), (), F32)],
+        [(BASE + (2 << 34), (8, 20), U8), (BASE + (3 << 34), (512,), U8)],
+    )  # k = 40
+    assert frame.call(quantize_handler.execute_cuda) == FakeFrame.ERROR
+    assert "k must be a multiple of 16, got 40" in frame.errors[0][1]
+    frame = FakeFrame([(BASE, (4, 4), BF16)], [(BASE, (4, 2), U8)])  # one argument, one result
+    assert frame.call(quantize_handler.execute_cuda) == FakeFrame.ERROR
+    assert "got 1 arguments and 1 results" in frame.errors[0][1]
+    assert not fake.launches
+
+
+def test_an_unreadable_frame_still_gives_an_error(fake):
+    """A frame whose arguments are not buffers: read_frame fails; the error is still made
+    from the frame's API table (not lost: XLA would take None for success)."""
+    frame, _, _ = _quantize_frame()
+    frame.frame.args.types[0] = 2  # not XLA_FFI_ArgType BUFFER
+    assert frame.call(quantize_handler.execute_cuda) == FakeFrame.ERROR
+    assert "argument 0 is not a buffer" in frame.errors[0][1]
+
+
+def _bf16(x32: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bits (truncation: any bf16 values will do)."""
+    return (np.ascontiguousarray(x32, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def _expected(problem, x_bits, g, routing=None, index=None):
+    from nvfp4_aot.jax.cpu_reference import UNWRITTEN
+    from nvfp4_aot.quantize_routing import expected_outputs
+
+    e = expected_outputs(problem, x_bits.reshape(problem.rows, problem.k), g, routing, index)
+    return (np.where(e.out_written, e.out, np.uint8(UNWRITTEN)),
+            np.where(e.scales_written, e.scales, np.uint8(UNWRITTEN)))  # fmt: skip
+
+
+def _assert_bytes(result, expected, label=""):
+    packed, scales = (np.asarray(r) for r in result)
+    np.testing.assert_array_equal(packed.reshape(-1), expected[0], err_msg=f"{label} packed")
+    np.testing.assert_array_equal(scales, expected[1], err_msg=f"{label} scales")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_quantize_plain_under_jit_gives_the_reference_bytes(jax, dtype):
+    import nvfp4_aot.jax as nj
+    from nvfp4_aot.quantize import quantize
+
+    rng = np.random.default_rng(8)
+    x32 = (rng.standard_normal((130, 96)) * 10.0 ** rng.uniform(-3, 3, (130, 1))).astype(np.float32)
+    x32[0, :16] = 0
+    x32[1, 5] = np.nan
+    x32[2, 7] = np.inf
+    bits = _bf16(x32) if dtype == "bfloat16" else x32.astype(np.float16)
+    x = jax.numpy.asarray(bits).view(jax.numpy.bfloat16) if dtype == "bfloat16" else bits
+    g = np.float32(2.5)
+    packed, scales = jax.jit(nj.quantize)(x, g)
+    q = quantize(bits, g)
+    assert packed.shape == (130, 48) and scales.shape == (256 * 8,)
+    np.testing.assert_array_equal(np.asarray(packed), q.packed)
+    np.testing.assert_array_equal(np.asarray(scales), q.scales_blocked)
+    packed, _ = jax.jit(nj.quantize)(x, np.array([g], np.float32))  # g of shape (1,)
+    np.testing.assert_array_equal(np.asarray(packed), q.packed)
+
+
+def test_quantize_contiguous_one_compiled_function_serves_every_routing(jax):
+    import nvfp4_aot.jax as nj
+    from nvfp4_aot.quantizer import make_problem
+
+    rng = np.random.default_rng(9)
+    tokens, k, experts, capacity = 90, 128, 4, 180
+    bits = _bf16(rng.standard_normal((tokens, k)).astype(np.float32))
+    x = jax.numpy.asarray(bits).view(jax.numpy.bfloat16)
+    problem = make_problem(k, "contiguous", tokens, capacity, experts, "bfloat16", None)
+    traces = []
+
+    @jax.jit
+    def step(x, g, offsets, index):
+        traces.append(1)
+        return nj.quantize(x, g, form="contiguous", routing=offsets, index=index)
+
+    for kind in ("uniform", "skewed", "one_expert", "empty", "sparse"):
+        counts = random_counts(kind, experts, int(rng.integers(0, capacity + 1)), rng)
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        index = rng.integers(0, tokens, capacity).astype(np.int32)
+        g = np.float32(rng.uniform(0.5, 4))
+        _assert_bytes(step(x, g, offsets, index), _expected(problem, bits, g, offsets, index), kind)
+    hostile = np.array([5, -3, 400, 100, 7], np.int32), np.full(capacity, 10**6, np.int32)
+    _assert_bytes(
+        step(x, np.float32(1), *hostile), _expected(problem, bits, 1, *hostile), "hostile"
+    )
+    assert len(traces) == 1
+
+
+def test_quantize_contiguous_without_index_and_masked(jax):
+    import nvfp4_aot.jax as nj
+    from nvfp4_aot.quantizer import make_problem
+
+    rng = np.random.default_rng(10)
+    x16 = rng.standard_normal((200, 64)).astype(np.float16)
+    offsets = np.array([0, 50, 50, 190], np.int32)
+    result = jax.jit(lambda x, g, o: nj.quantize(x, g, form="contiguous", routing=o))(
+        x16, np.float32(3), offsets
+    )
+    problem = make_problem(64, "contiguous", 200, 200, 3, "float16", None)
+    _assert_bytes(result, _expected(problem, x16, np.float32(3), offsets), "contiguous")
+    xm = rng.standard_normal((4, 40, 64)).astype(np.float16)
+    masked_m = np.array([3, 0, 40, 99], np.int32)  # 99: clamped to max_m as the kernel does
+    result = jax.jit(lambda x, g, m: nj.quantize(x, g, form="masked", routing=m))(
+        xm, np.float32(0.75), masked_m
+    )
+    assert result[0].shape == (4, 40, 32)
+    problem = make_problem(64, "masked", None, 40, 4, "float16", None)
+    _assert_bytes(result, _expected(problem, xm, np.float32(0.75), masked_m), "masked")
+
+
+def test_quantize_trace_time_errors_and_shapes(jax):
+    import nvfp4_aot.jax as nj
+
+    x = np.zeros((300, 128), np.float16)
+    shapes = jax.eval_shape(
+        lambda x, o, i: nj.quantize(x, 1.0, form="contiguous", routing=o, index=i),
+        x, np.zeros(9, np.int32), np.zeros(600, np.int32),
+    )  # fmt: skip
+    assert [(s.shape, s.dtype.name) for s in shapes] == [
+        ((600, 64), "uint8"), ((contiguous_scale_rows(600, 8) * 8,), "uint8")
+    ]  # fmt: skip
+    with pytest.raises(InvalidProblemError, match=r"^x must have dtype bfloat16 or float16"):
+        jax.jit(nj.quantize)(x.astype(np.float32), np.float32(1))
+    with pytest.raises(InvalidProblemError, match=r"^global_scale must be float32"):
+        jax.jit(nj.quantize)(x, np.ones(3, np.float32))
+    before = handler.executions()
+    packed, scales = jax.jit(nj.quantize)(np.zeros((0, 128), np.float16), np.float32(1))
+    assert packed.shape == (0, 64) and scales.shape == (0,) and handler.executions() == before
+
+
+def test_quantize_failing_call_is_a_jax_error(jax):
+    """The CPU target refuses a g the reference refuses (the GPU computes with it)."""
+    import nvfp4_aot.jax as nj
+
+    x = np.ones((4, 32), np.float16)
+    with pytest.raises(Exception, match=r"nvfp4_aot_quantize: ValueError: global_scale must be"):
+        np.asarray(jax.jit(nj.quantize)(x, np.float32(-1))[0])
+    _assert_bytes(jax.jit(nj.quantize)(x, np.float32(1)),
+                  _expected(_plain(4, 32), x, np.float32(1)))  # fmt: skip
+
+
+def _plain(rows, k, dtype="float16"):
+    from nvfp4_aot.quantizer import make_problem
+
+    return make_problem(k, "plain", rows, None, 1, dtype, None)
+
+
+def test_quantize_lowering_for_cuda_names_the_target(jax):
+    import nvfp4_aot.jax as nj
+
+    args = [jax.ShapeDtypeStruct((256, 512), np.float16), jax.ShapeDtypeStruct((), np.float32)]
+    try:
+        unchecked = [jax.export.DisabledSafetyCheck.custom_call(quantize_handler.TARGET)]
+        exported = jax.export.export(
+            jax.jit(nj.quantize), platforms=["cuda"], disabled_checks=unchecked
+        )(*args)
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"this jax cannot lower for CUDA here: {exc}")
+    text = exported.mlir_module()
+    assert quantize_handler.TARGET in text and "tensor<256x256xui8>" in text
+
+
+def test_prepare_quantize_makes_the_plan_a_call_uses(jax, fake):
+    import nvfp4_aot.jax as nj
+
+    x = jax.ShapeDtypeStruct((100, 64), jax.numpy.bfloat16)
+    g = jax.ShapeDtypeStruct((), np.float32)
+    offsets, index = (jax.ShapeDtypeStruct(s, np.int32) for s in ((5,), (150,)))
+    plan = nj.prepare_quantize(x, g, form="contiguous", routing=offsets, index=index, device=0)
+    assert handler.plans() == [plan] and plan.out_shape == (150, 32)
+    frame, _, _ = _quantize_frame("contiguous", capacity=150)  # the same shapes
+    assert frame.call(quantize_handler.execute_cuda) is None, frame.errors
+    assert handler.plans() == [plan] and len(fake.launches) == 1

@@ -5,8 +5,11 @@ and called with many routings (uniform, skewed, all to one expert, empty, sparse
 twice: with C allocated by XLA (routed rows checked; unrouted rows are unspecified) and
 with ``out=`` a poisoned, donated buffer (routed rows checked, every unrouted row must
 still hold the poison: the kernels write nothing else). Then vmap, the jnp quantizer
-stand-in against numpy, and a failing call that must surface as a JAX error without
-breaking the next call. XLA's default flags: command buffers on (the call runs between
+stand-in against numpy, a failing call that must surface as a JAX error without
+breaking the next call, and ``nj.quantize`` (the baked quantizer kernel) inside jit in
+its three forms: every byte the kernel writes equal to the numpy reference's
+(:func:`nvfp4_aot.quantize_routing.expected_outputs` with the same g, computed on the
+host: XLA's float32 division on the GPU is not always correctly rounded). XLA's default flags: command buffers on (the call runs between
 them). NVFP4_AOT_JAX_ROUTINGS sets the routings per configuration.
 """
 
@@ -175,6 +178,101 @@ def test_quantize_standin_on_the_gpu_matches_numpy(jax):
         assert np.float32(g_used) == q.global_scale, trial
         np.testing.assert_array_equal(np.asarray(scales), q.scales, err_msg=f"trial {trial}")
         np.testing.assert_array_equal(np.asarray(packed), q.packed, err_msg=f"trial {trial}")
+
+
+def _quantize_inputs(rng, shape, dtype):
+    """Wide-range values with hostile blocks: (host bits for the reference, the jax
+    array, g = 2688 / amax computed on the host)."""
+    import jax.numpy as jnp
+
+    x = rng.standard_normal(shape) * 10.0 ** rng.uniform(-4, 4, size=shape[:-1] + (1,))
+    x = x.astype(np.float32)
+    flat = x.reshape(-1, shape[-1])
+    flat[0, :16] = 0  # an all-zero block
+    flat[1, 3] = -0.0
+    flat[2] = np.tile(np.float32([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5, 6]), shape[-1] // 8)
+    if dtype == "bfloat16":
+        bits = (x.view(np.uint32) >> 16).astype(np.uint16)
+        array = jnp.asarray(bits).view(jnp.bfloat16)
+        values = (bits.astype(np.uint32) << 16).view(np.float32)
+    else:
+        bits = x.astype(np.float16)
+        array, values = jnp.asarray(bits), bits.astype(np.float32)
+    g = np.float32(2688) / np.float32(np.abs(values).max())
+    return bits, array, g
+
+
+def _check_quantized(problem, bits, g, result, routing=None, index=None, label=""):
+    """Every byte the kernel writes equals the reference's (the rest is XLA's buffer)."""
+    from nvfp4_aot.quantize_routing import expected_outputs
+
+    e = expected_outputs(problem, bits.reshape(problem.rows, problem.k), g, routing, index)
+    packed, scales = (np.asarray(r).reshape(-1) for r in result)
+    for name, got, want, written in (("packed", packed, e.out, e.out_written),
+                                     ("scales", scales, e.scales, e.scales_written)):  # fmt: skip
+        bad = np.flatnonzero(written & (got != want))
+        assert not bad.size, f"{label} {name}: {bad.size} bytes differ, first at {bad[0]}"
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("rows, k", [(1, 16), (300, 512), (1000, 96), (4096, 4096)])
+def test_quantize_plain_inside_jit_is_the_reference(jax, dtype, rows, k):
+    import nvfp4_aot.jax as nj
+    from nvfp4_aot.quantize import quantize
+
+    rng = np.random.default_rng(rows + k)
+    bits, x, g = _quantize_inputs(rng, (max(rows, 3), k), dtype)
+    bits, x = bits[:rows], x[:rows]
+    run = jax.jit(lambda x, g: nj.quantize(x, g))
+    packed, scales = run(jax.device_put(x), jax.device_put(g))
+    q = quantize(bits, g)
+    np.testing.assert_array_equal(np.asarray(packed), q.packed)
+    np.testing.assert_array_equal(np.asarray(scales), q.scales_blocked)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_quantize_contiguous_inside_jit_serves_every_routing(jax, dtype):
+    import nvfp4_aot.jax as nj
+    from nvfp4_aot.quantizer import make_problem
+
+    rng = np.random.default_rng(21)
+    tokens, k, experts, capacity = 700, 512, 32, 1400
+    bits, x, g = _quantize_inputs(rng, (tokens, k), dtype)
+    x = jax.device_put(x)
+    problem = make_problem(k, "contiguous", tokens, capacity, experts, dtype, None)
+    traces = []
+
+    @jax.jit
+    def step(x, g, offsets, index):
+        traces.append(1)
+        return nj.quantize(x, g, form="contiguous", routing=offsets, index=index)
+
+    count = int(os.environ.get("NVFP4_AOT_JAX_ROUTINGS", 12))
+    for i in range(count):
+        kind = ROUTING_KINDS[i % len(ROUTING_KINDS)]
+        counts = random_counts(kind, experts, int(rng.integers(0, capacity + 1)), rng)
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        index = rng.integers(0, tokens, capacity).astype(np.int32)
+        gi = np.float32(g * rng.uniform(0.5, 1))
+        result = step(x, jax.device_put(gi), jax.device_put(offsets), jax.device_put(index))
+        _check_quantized(problem, bits, gi, result, offsets, index, f"routing {i} ({kind})")
+    assert len(traces) == 1
+
+
+def test_quantize_masked_inside_jit_clamps_counts(jax):
+    import nvfp4_aot.jax as nj
+    from nvfp4_aot.quantizer import make_problem
+
+    rng = np.random.default_rng(22)
+    experts, max_m, k = 8, 200, 256
+    bits, x, g = _quantize_inputs(rng, (experts, max_m, k), "bfloat16")
+    problem = make_problem(k, "masked", None, max_m, experts, "bfloat16", None)
+    step = jax.jit(lambda x, g, m: nj.quantize(x, g, form="masked", routing=m))
+    for masked_m in ([200, 0, 3, 17, 128, 129, 1, 64], [-5, 10**6, 0, 0, 0, 0, 0, 200]):
+        masked_m = np.array(masked_m, np.int32)
+        result = step(jax.device_put(x), jax.device_put(g), jax.device_put(masked_m))
+        assert result[0].shape == (experts, max_m, k // 2)
+        _check_quantized(problem, bits, g, result, masked_m, label=f"masked_m {masked_m}")
 
 
 def test_example_jax_moe_runs(jax):

@@ -1,4 +1,5 @@
-"""The CPU handler's computation: the MoE GEMM in float64 on XLA's host buffers (numpy).
+"""The CPU handlers' computations: the MoE GEMM in float64 on XLA's host buffers (numpy),
+and the quantizer's bytes (:func:`quantize_reference`, at the end).
 
 Slow and exact (FP16/BF16 rounding of the float64 result): for tests and for checking a
 JAX pipeline on a machine without a GPU. Rows no expert owns are NaN, so that a program
@@ -97,3 +98,31 @@ def _encode(values: np.ndarray, dtype: str) -> np.ndarray:
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16  # RNE on the dropped 16 bits
     nan = np.isnan(values)
     return np.where(nan, np.uint64(0x7FC0), rounded).astype(np.uint16)
+
+
+# the quantizer -------------------------------------------------------------------------
+
+#: what the CPU target leaves in the bytes a quantizer run does not write (unspecified on
+#: the GPU: whatever XLA's buffer held), so that a program reading them shows it
+UNWRITTEN = 0xFF
+
+
+def quantize_reference(problem, x_buffer, g_buffer, routing_buffer, index_buffer, out_buffer,
+                       scales_buffer) -> None:  # fmt: skip
+    """The quantizer kernel's outputs for ``problem`` on XLA's host buffers: the bytes
+    of :func:`nvfp4_aot.quantize.quantize` where the kernel writes them, placed by the
+    kernel's row map (:func:`nvfp4_aot.quantize_routing.expected_outputs`: counts and
+    index entries clamped as the kernel clamps them), :data:`UNWRITTEN` elsewhere."""
+    from ..quantize_routing import expected_outputs
+
+    x = host_array(x_buffer).reshape(problem.rows, problem.k)  # bfloat16 as uint16 bits
+    g = np.float32(host_array(g_buffer, np.float32).reshape(-1)[0])
+    routing = None if routing_buffer is None else host_array(routing_buffer, np.int32)
+    index = None if index_buffer is None else host_array(index_buffer, np.int32)
+    expected = expected_outputs(problem, x, g, routing, index)
+    for buffer, want, written in (
+        (out_buffer, expected.out, expected.out_written),
+        (scales_buffer, expected.scales, expected.scales_written),
+    ):
+        target = host_array(buffer, np.uint8).reshape(-1)
+        target[...] = np.where(written, want, np.uint8(UNWRITTEN))

@@ -27,6 +27,11 @@ is self-contained (a launcher change).
 
 The CPU platform gets a float64 reference (numpy) under the same target, so programs
 using the op run, slowly, on JAX's CPU backend: tests and pipelines without a GPU.
+
+This module also holds what every target of the package shares: registration (once per
+process, every target), the execution prologue (:func:`begin`: frame, metadata,
+counting), the plan cache (:func:`cached_plan`) and errors (:func:`fail`). The
+quantizer's target is :mod:`nvfp4_aot.jax.quantize_handler`.
 """
 
 from __future__ import annotations
@@ -54,8 +59,8 @@ _api_seen: dict[str, int] = {}  # XLA's FFI API version and table size, from the
 
 
 def register(command_buffer: bool | None = None) -> None:
-    """Register the FFI target with JAX, for CUDA and (the reference) CPU; once per
-    process: later calls do nothing. ``command_buffer`` (default False) declares XLA's
+    """Register the FFI targets (the MoE GEMM, the quantizer) with JAX, for CUDA and (the
+    reference) CPU; once per process: later calls do nothing. ``command_buffer`` (default False) declares XLA's
     command-buffer trait (an experiment: the module docstring); asking for the other
     setting after registration raises."""
     global _registered, _command_buffer
@@ -69,16 +74,24 @@ def register(command_buffer: bool | None = None) -> None:
             return
         import jax
 
+        from . import quantize_handler
+
         _command_buffer = bool(command_buffer)  # before registering: XLA may ask for them
-        handlers = {
-            "CUDA": xla_ffi.Handler(_execute_cuda),
-            "cpu": xla_ffi.Handler(_execute_cpu),
+        targets = {
+            TARGET: {"CUDA": _execute_cuda, "cpu": _execute_cpu},
+            quantize_handler.TARGET: {
+                "CUDA": quantize_handler.execute_cuda,
+                "cpu": quantize_handler.execute_cpu,
+            },
         }
-        for platform, handler in handlers.items():
-            address = ctypes.cast(handler, ctypes.c_void_p).value
-            jax.ffi.register_ffi_target(
-                TARGET, jax.ffi.pycapsule(address), platform=platform, api_version=1
-            )
+        handlers = {}
+        for name, platforms in targets.items():
+            for platform, function in platforms.items():
+                handler = handlers[f"{name}/{platform}"] = xla_ffi.Handler(function)
+                address = ctypes.cast(handler, ctypes.c_void_p).value
+                jax.ffi.register_ffi_target(
+                    name, jax.ffi.pycapsule(address), platform=platform, api_version=1
+                )
         _registered = handlers
 
 
@@ -123,20 +136,12 @@ def release_plans() -> None:
 def _execute_cuda(address: int) -> int | None:
     frame = None
     try:
-        frame = xla_ffi.read_frame(address)
-        traits = xla_ffi.TRAIT_COMMAND_BUFFER_COMPATIBLE if _command_buffer else 0
-        if xla_ffi.answer_metadata(frame, address, traits):
+        frame = begin(address, traits())
+        if frame is None:
             return None
-        _count(frame)
         layout, ops, alpha, c, _with_out = _decode(frame)
-        stream = xla_ffi.stream(frame)
-        if _command_buffer:
-            _count_capture(stream)
-        device = xla_ffi.device_ordinal(frame)
-        if device is None:  # an XLA without DeviceOrdinal_Get: the device owning b
-            from .. import driver
-
-            device = driver.pointer_device(ops[1].data)
+        stream = execution_stream(frame)
+        device = device_of(frame, ops[1].data)
         key = _plan_key(device, layout, ops, c, alpha is not None)
         plan = _plans.get(key)
         if plan is None:
@@ -145,24 +150,99 @@ def _execute_cuda(address: int) -> int | None:
         alpha_data = None if alpha is None else alpha.data
         plan.run(a, b, c.data, sfa, sfb, routing, stream=stream, alpha=alpha_data)
     except BaseException as exc:  # noqa: BLE001 - nothing may unwind into XLA's C++
-        return _error(frame, address, exc)
+        return fail(frame, address, exc)
     return None
 
 
 def _execute_cpu(address: int) -> int | None:
     frame = None
     try:
-        frame = xla_ffi.read_frame(address)
-        if xla_ffi.answer_metadata(frame, address, 0):
+        frame = begin(address, 0)
+        if frame is None:
             return None
-        _count(frame)
         layout, ops, alpha, c, with_out = _decode(frame)
         from .cpu_reference import moe_reference
 
         moe_reference(layout, ops, alpha, c, fill_nan=not with_out)
     except BaseException as exc:  # noqa: BLE001
-        return _error(frame, address, exc)
+        return fail(frame, address, exc)
     return None
+
+
+# ---------------------------------------------------------------------------------------
+# shared by every target's handler
+
+
+def traits() -> int:
+    """The traits a CUDA handler declares (the command-buffer experiment or none)."""
+    return xla_ffi.TRAIT_COMMAND_BUFFER_COMPATIBLE if _command_buffer else 0
+
+
+def begin(address: int, declared_traits: int):
+    """The prologue of every execution: the frame at ``address``, or None when XLA only
+    asked for the metadata (answered with ``declared_traits``); counts executions."""
+    frame = xla_ffi.read_frame(address)
+    if xla_ffi.answer_metadata(frame, address, declared_traits):
+        return None
+    _count(frame)
+    if frame.stage != xla_ffi.STAGE_EXECUTE:
+        raise RuntimeError(f"called for execution stage {frame.stage}; only execute is handled")
+    return frame
+
+
+def execution_stream(frame) -> int:
+    """XLA's stream of this execution (counted if captured, in the trait experiment)."""
+    stream = xla_ffi.stream(frame)
+    if _command_buffer:
+        _count_capture(stream)
+    return stream
+
+
+def device_of(frame, pointer: int) -> int:
+    """The CUDA ordinal of this execution (an XLA without DeviceOrdinal_Get: the device
+    owning ``pointer``)."""
+    device = xla_ffi.device_ordinal(frame)
+    if device is None:
+        from .. import driver
+
+        device = driver.pointer_device(pointer)
+    return device
+
+
+def plan_slots() -> dict[str, int]:
+    """Ring and capture slots of the plans the handlers make."""
+    capture = EXPERIMENT_CAPTURE_SLOTS if _command_buffer else 1
+    return {"capture_slots": capture, "ring_slots": RING_SLOTS}
+
+
+def refuse_during_capture(stream: int, what: str, prepare: str) -> None:
+    """Raise if XLA is capturing ``stream``: a plan (``what``) cannot be made then."""
+    from .. import driver
+
+    if driver.stream_is_capturing(stream):
+        raise RuntimeError(
+            f"no plan yet for {what}, and XLA is capturing a command buffer (a plan cannot "
+            "be made during capture): run the jitted function once with "
+            f"XLA_FLAGS=--xla_gpu_enable_command_buffer= or call {prepare} first"
+        )
+
+
+def cached_plan(key: tuple, make):
+    """The plan cached under ``key``, made by ``make()`` now if new (past
+    :data:`MAX_PLANS` the oldest is closed)."""
+    plan = _plans.get(key)
+    if plan is not None:
+        return plan
+    with _lock:
+        plan = _plans.get(key)
+        if plan is None:
+            plan = _plans[key] = make()
+            evicted = [_plans.pop(next(iter(_plans)))] if len(_plans) > MAX_PLANS else []
+        else:
+            evicted = []
+    for old in evicted:
+        old.close()
+    return plan
 
 
 def _count(frame) -> None:
@@ -190,8 +270,6 @@ def _decode(frame):
     rank 1) and/or C's initial contents (``out``, which XLA aliases to the result, so C
     is always the result buffer). The call carries no attributes: the layout is A's
     rank (2 contiguous, 3 masked); reading attributes would cost every call."""
-    if frame.stage != xla_ffi.STAGE_EXECUTE:
-        raise RuntimeError(f"called for execution stage {frame.stage}; only execute is handled")
     ops, rets = frame.args, frame.rets
     extra = ops[5:]
     alpha = next((x for x in extra if x.dtype == xla_ffi.F32 and x.rank == 1), None)
@@ -217,16 +295,12 @@ def _plan_key(device: int, layout: str, ops, c, alpha: bool) -> tuple:
 
 
 def _new_plan(key: tuple, stream: int):
-    from .. import driver
-
     device, experts, n, k, layout, capacity, _out_dtype, _alpha = key
-    if driver.stream_is_capturing(stream):
-        raise RuntimeError(
-            f"no plan yet for {experts} experts, n={n}, k={k}, {layout}, capacity {capacity} "
-            f"on device {device}, and XLA is capturing a command buffer (a plan cannot be "
-            "made during capture): run the jitted function once with "
-            "XLA_FLAGS=--xla_gpu_enable_command_buffer= or call nvfp4_aot.jax.prepare first"
-        )
+    refuse_during_capture(
+        stream,
+        f"{experts} experts, n={n}, k={k}, {layout}, capacity {capacity} on device {device}",
+        "nvfp4_aot.jax.prepare",
+    )
     return prepare_plan(key)
 
 
@@ -235,32 +309,19 @@ def prepare_plan(key: tuple):
     alpha), made now if new."""
     from ..moe import MoeGemmPlan
 
-    plan = _plans.get(key)
-    if plan is not None:
-        return plan
     device, experts, n, k, layout, capacity, out_dtype, alpha = key
-    options = {
-        "capture_slots": EXPERIMENT_CAPTURE_SLOTS if _command_buffer else 1,
-        "ring_slots": RING_SLOTS,
-        "out_dtype": out_dtype,
-        "alpha": alpha,
-    }
-    with _lock:
-        plan = _plans.get(key)
-        if plan is None:
-            plan = MoeGemmPlan(
-                experts, n, k, layout=layout, capacity=capacity, device=device, **options
-            )
-            _plans[key] = plan
-            evicted = [_plans.pop(next(iter(_plans)))] if len(_plans) > MAX_PLANS else []
-        else:
-            evicted = []
-    for old in evicted:
-        old.close()
-    return plan
+    options = {**plan_slots(), "out_dtype": out_dtype, "alpha": alpha}
+    return cached_plan(
+        key,
+        lambda: MoeGemmPlan(
+            experts, n, k, layout=layout, capacity=capacity, device=device, **options
+        ),
+    )
 
 
-def _error(frame, address: int, exc: BaseException) -> int | None:
+def fail(frame, address: int, exc: BaseException, target: str = TARGET) -> int | None:
+    """An ``XLA_FFI_Error*`` for ``exc`` (its class picks the code), the message naming
+    ``target``; None only where not even the API table can be read."""
     if isinstance(exc, InvalidProblemError):
         code = xla_ffi.ERROR_INVALID_ARGUMENT
     elif isinstance(exc, CudaError):
@@ -269,13 +330,13 @@ def _error(frame, address: int, exc: BaseException) -> int | None:
         code = xla_ffi.ERROR_FAILED_PRECONDITION
     else:
         code = xla_ffi.ERROR_UNKNOWN
-    message = f"{TARGET}: {type(exc).__name__}: {exc}"
+    message = f"{target}: {type(exc).__name__}: {exc}"
     cause = exc.__cause__
     if cause is not None:
         message += f" (from {type(cause).__name__}: {cause})"
     try:
         if frame is None:  # the frame itself could not be read: its API table, directly
-            frame = xla_ffi.Frame(xla_ffi.frame_api(address), 0, 0, 0, [], [], {})
+            frame = xla_ffi.Frame(xla_ffi.frame_api(address), 0, 0, 0, [], [])
         return xla_ffi.create_error(frame, code, message)
     except BaseException:  # noqa: BLE001 - a broken API table: nothing better to return
         return None

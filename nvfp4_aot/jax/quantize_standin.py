@@ -1,5 +1,6 @@
-"""STAND-IN: the NVFP4 activation quantizer written in jnp, until the baked quantizer
-kernel (issue #16) lands; then this module gives way to a call of that kernel.
+"""The NVFP4 activation quantizer written in jnp: a reference and a comparison for
+:func:`nvfp4_aot.jax.quantize`, the baked quantizer kernel (issue #16) that pipelines
+should use (one launch, the MoE layouts' scale segments written directly).
 
 It follows the exact rules of :mod:`nvfp4_aot.quantize` (the numpy reference): the same
 float32 operations in the same order (``s = (g * amax) / 6``; ``sf = E4M3_rn_sat(s)``;
