@@ -289,26 +289,50 @@ def _load_example():
     return module
 
 
-@pytest.mark.parametrize("bias", [False, True], ids=["random-router", "two-experts"])
-def test_example_layer_on_cpu(torch, ops, bias, capsys):
-    """The example's layer, run on CPU tensors through the CPU reference op, checked as
-    the example checks it: its routing, quantiser and scale layout are right."""
-    example = _load_example()
-    torch.manual_seed(3)
-    experts, hidden, ffn, tokens, top_k = 7, 128, 64, 90, 2
+def make_example_layer(torch, example, experts=7, hidden=128, ffn=64, top_k=2, seed=3):
+    torch.manual_seed(seed)
     router = torch.randn(hidden, experts) / hidden**0.5
     w1 = torch.randn(experts, 2 * ffn, hidden) / hidden**0.5
     w2 = torch.randn(experts, hidden, ffn) / ffn**0.5
     layer = example.make_layer_class()(router, w1, w2, top_k)
     layer.w1_float, layer.w2_float = w1.double().numpy(), w2.double().numpy()
+    return layer
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["random-router", "two-experts"])
+def test_example_layer_on_cpu(torch, ops, bias, capsys):
+    """The example's layer end to end on CPU tensors through the ops' CPU paths (the
+    numpy quantizer, the float64 GEMM reference): BF16 hidden -> route -> quantize
+    (contiguous, index) -> gate/up GEMM (alpha, BF16) -> SiLU * up -> quantize -> down
+    GEMM -> combine, checked as the example checks it (quantizer bytes, float64 of the
+    same quantized operands)."""
+    example = _load_example()
+    layer = make_example_layer(torch, example)
     if bias:
-        layer.router_bias[:top_k] = 100.0
-    x = torch.randn(tokens, hidden)
+        layer.router_bias[:2] = 100.0
+    x = torch.randn(90, 128).to(torch.bfloat16)
     y, trace = layer(x)
-    assert example.check(example.HostWeights(layer), y, trace, "cpu", x=x, layer=layer)
-    assert "MISMATCH" not in capsys.readouterr().out
-    # and against the unquantised float64 layer, loosely (FP4 error)
+    assert y.dtype == torch.bfloat16 and tuple(y.shape) == (90, 128)
+    assert trace["c1"].dtype == torch.bfloat16 and trace["a1"].shape == (180, 64)
+    assert example.check(layer, y, trace, "cpu", x=x)
+    out = capsys.readouterr().out
+    assert "MISMATCH" not in out and "= numpy reference" in out
+    # and against the unquantized float64 layer, loosely (FP4 error)
     assert relative_error(y.double().numpy(), example.exact_layer(layer, x)) < 0.5
+
+
+def test_example_check_catches_a_wrong_layer(torch, ops, capsys):
+    """The example's check fails on a wrong alpha and on a flipped quantizer byte."""
+    example = _load_example()
+    layer = make_example_layer(torch, example, seed=4)
+    x = torch.randn(40, 128).to(torch.bfloat16)
+    y, trace = layer(x)
+    bad = dict(trace, alpha1=trace["alpha1"] * 1.01)
+    assert not example.check(layer, y, bad, "wrong alpha")
+    a2 = trace["a2"].clone()
+    a2[3, 5] ^= 0x11
+    assert not example.check(layer, y, dict(trace, a2=a2), "flipped byte")
+    assert "DIFFER" in capsys.readouterr().out
 
 
 class RecordingPlan:
