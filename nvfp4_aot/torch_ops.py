@@ -659,7 +659,7 @@ def _quantize_cuda(x, global_scale, routing=None, index=None, form="plain"):
 
         plan = _keep(key, QuantizePlan(
             p.k, form=p.form, rows=p.rows, capacity=p.capacity, experts=p.experts,
-            dtype=p.dtype, device=device.index,
+            dtype=p.dtype, device=device.index or 0,
         ))  # fmt: skip
     if capturing:
         with _lock:

@@ -604,7 +604,7 @@ def test_quantize_cuda_path_plans(torch, ops, monkeypatch):
     run(x, g, offsets, index, "contiguous")
     assert len(RecordingQuantizePlan.made) == 1
     plan = RecordingQuantizePlan.made[0]
-    assert plan.key == (64, "contiguous", 20, 40, 3, "bfloat16", None)  # CPU: index None
+    assert plan.key == (64, "contiguous", 20, 40, 3, "bfloat16", 0)
     pointers, stream = plan.runs[0]
     assert stream == 55 and len(pointers) == 6
     assert pointers[0] == x.data_ptr() and pointers[3:] == (g.data_ptr(), offsets.data_ptr(),
@@ -621,3 +621,33 @@ def test_quantize_cuda_path_plans(torch, ops, monkeypatch):
     assert len(ops.plans()) == 2
     ops.release_plans()
     assert all(p.closed for p in RecordingQuantizePlan.made)
+
+
+def test_quantize_cuda_path_with_the_real_plan(torch, ops, monkeypatch):
+    """The CUDA implementation with the real QuantizePlan against the fake driver
+    (committed sm_90a artifacts; int pointers to CPU tensors, launches recorded): the
+    plan's constructor and run() accept what the op passes, in every form."""
+    from fake_driver import FakeDriver, installed
+    from nvfp4_aot import loader
+    from support import kernel_params_of
+
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(
+        torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": 0})()
+    )
+    ops.release_plans()
+    fake = FakeDriver(capability=(9, 0), kernel_params=kernel_params_of(loader.load_manifest()))
+    with installed(fake):
+        x = torch.zeros(20, 64, dtype=torch.bfloat16)
+        g = torch.ones(1)
+        offsets = torch.tensor([0, 10, 20, 40], dtype=torch.int32)
+        index = torch.zeros(40, dtype=torch.int32)
+        before = len(fake.launches)
+        packed, scales = ops._quantize_cuda(x, g, offsets, index, "contiguous")
+        assert tuple(packed.shape) == (40, 32) and len(fake.launches) > before
+        ops._quantize_cuda(x.half(), g)
+        ops._quantize_cuda(x.reshape(2, 10, 64), g, offsets[:2], None, "masked")
+        ops._quantize_cuda(x, g, offsets, None, "contiguous")  # rows = capacity = 20
+        assert len(ops.plans()) == 4
+        assert all(type(p).__name__ == "QuantizePlan" for p in ops.plans())
+        ops.release_plans()
