@@ -285,6 +285,10 @@ def main(argv=None) -> int:
                 torch.cuda.synchronize()
                 torch_ops.release_plans()
             rows.append(row)
+            if args.json:  # after every case: a timeout still leaves the rows so far
+                args.json.write_text(
+                    json.dumps({"copy_bandwidth": copy_bps, "rows": rows}, indent=1)
+                )
             if "error" in row:
                 print(f"{name} T={tokens}: FAILED {row['error']}", flush=True)
             else:
@@ -299,8 +303,6 @@ def main(argv=None) -> int:
     print(f"\n{len(rows)} cases in {time.perf_counter() - began:.0f} s; "
           f"{len(failed)} failed" + (": " + ", ".join(f"{r['config']} T={r['tokens']}"
                                                       for r in failed) if failed else ""))  # fmt: skip
-    if args.json:
-        args.json.write_text(json.dumps({"copy_bandwidth": copy_bps, "rows": rows}, indent=1))
     return 1 if failed else 0
 
 
