@@ -586,7 +586,7 @@ def _quantize_check(x, global_scale, routing, index, form: str, real: bool):
             raise InvalidProblemError("routing is not an operand of the plain form; pass None")
         if x.dim() != 2:
             raise InvalidProblemError(f"x must be (T, k) for the plain form, got {_shape(x)}")
-        rows, capacity, experts = x.shape[0], None, 1
+        rows, capacity, experts = int(x.shape[0]), None, 1
     elif routing is None:
         raise InvalidProblemError(
             f"routing is required by the {form} form "
@@ -597,8 +597,8 @@ def _quantize_check(x, global_scale, routing, index, form: str, real: bool):
             raise InvalidProblemError(
                 f"x must be (rows, k) for the contiguous form, got {_shape(x)}"
             )
-        rows, experts = x.shape[0], routing.shape[0] - 1
-        capacity = rows if index is None else index.shape[0]
+        rows, experts = int(x.shape[0]), int(routing.shape[0]) - 1
+        capacity = rows if index is None else int(index.shape[0])
     else:
         if x.dim() != 3:
             raise InvalidProblemError(
@@ -608,8 +608,9 @@ def _quantize_check(x, global_scale, routing, index, form: str, real: bool):
             raise InvalidProblemError(
                 f"routing must be int32 masked_m[E] of shape ({x.shape[0]},), got {_shape(routing)}"
             )
-        experts, capacity, rows = x.shape[0], x.shape[1], None
-    problem = make_problem(x.shape[-1], form, rows, capacity, experts, dtypes[x.dtype], None)
+        experts, capacity, rows = int(x.shape[0]), int(x.shape[1]), None
+    # int(): a symbolic size (torch.compile, dynamic shapes) is specialised here
+    problem = make_problem(int(x.shape[-1]), form, rows, capacity, experts, dtypes[x.dtype], None)
     if real:
         for name, t in (("x", x), ("global_scale", global_scale), ("routing", routing),
                         ("index", index)):  # fmt: skip
