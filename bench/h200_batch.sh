@@ -3,14 +3,15 @@
 # wheel, reliability, host path, kernel benchmark against torch, compute-sanitizer, MoE
 # (GPU tests, CLI verify, sanitizer), the MoE benchmark, the epilogues (alpha, BF16:
 # CLI verify, sanitizer, cost against the original epilogue), JAX, the activation
-# quantizer (GPU tests, benchmark, compute-sanitizer) and issue #17's decode benchmark
-# with Nsight Compute on one decode configuration.
+# quantizer (GPU tests, benchmark, compute-sanitizer), issue #17's decode benchmark
+# with Nsight Compute on one decode configuration, and the torch MoE layer end to end
+# (quantize op, example, whole-layer graph; the fused layer benchmark).
 # Run from the repo root on the GPU machine:  bash bench/h200_batch.sh 2>&1 | tee $OUT/batch.log
 # JSON results and the CLI transcript go to $OUT (default ./out). STEPS selects steps
 # (default: all). The wheel (python -m pip wheel --no-deps -w .carry/wheel .) is carried.
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
-STEPS=${STEPS:-env tests families choice cli reliability host bench sanitizer moe moebench epilogue jax quant decode}
+STEPS=${STEPS:-env tests families choice cli reliability host bench sanitizer moe moebench epilogue jax quant decode layer}
 FAMILIES="sm90_nvfp4_grouped_gemm sm90_nvfp4_grouped_gemm_a16"
 KERNELS=$(printf -- "--kernel %s " $FAMILIES)
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NVFP4_AOT_SHAPES=$PWD/tests/data/shapes.json
@@ -26,7 +27,7 @@ fi
 if want tests; then
   step "GPU tests (pytest -m gpu; NVFP4_AOT_REQUIRE_GPU=1: no GPU, driver, kernel or file fails)"
   NVFP4_AOT_REQUIRE_GPU=1 timeout 540 python3 -m pytest -q -m gpu tests/ -p no:cacheprovider \
-    --ignore=tests/test_jax_gpu.py --ignore=tests/test_quantizer_gpu.py 2>&1 | tail -15  # own steps
+    --ignore=tests/test_jax_gpu.py --ignore=tests/test_quantizer_gpu.py --ignore=tests/test_torch_gpu.py 2>&1 | tail -15  # own steps
   echo "pytest exit code: ${PIPESTATUS[0]}"
 fi
 if want families; then
@@ -167,5 +168,20 @@ if want decode; then
   tail -4 "$OUT/bench_decode.log"
   OUT="$OUT" timeout 900 bash bench/profile_decode.sh 2>&1 | tail -250
   echo "profile_decode exit code: ${PIPESTATUS[0]}"
+fi
+if want layer; then
+  # about 5 minutes in all: the tests (test_torch_gpu.py runs the example in process, with
+  # --graph --compile and decode-sized), the example's output for the log, the benchmark
+  step "torch MoE layer end to end: quantize op + example + whole-layer graph (GPU tests), layer benchmark against torch._grouped_mm"
+  python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))'
+  NVFP4_AOT_REQUIRE_GPU=1 timeout 300 python3 -m pytest -q -rf tests/test_torch_gpu.py tests/test_torch_ops.py \
+    tests/test_bench_moe_layer.py -p no:cacheprovider > "$OUT/layer_tests.log" 2>&1
+  echo "pytest exit code: $?"
+  sed -n '/= FAILURES =/,/short test summary/p' "$OUT/layer_tests.log" | cut -c1-2000 | head -60
+  tail -3 "$OUT/layer_tests.log"
+  timeout 90 python3 examples/torch_moe.py --device 0 --graph 2>&1 | tail -12
+  echo "torch_moe example exit code: ${PIPESTATUS[0]}"
+  timeout 200 python3 bench/bench_moe_layer.py --json "$OUT/bench_moe_layer.json" 2>&1 | tail -30
+  echo "bench_moe_layer exit code: ${PIPESTATUS[0]}"
 fi
 step done

@@ -11,6 +11,8 @@ Ops (``torch.ops.nvfp4_aot``), the layouts of :mod:`nvfp4_aot.moe`::
              -> Tensor
     moe_gemm_out(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor routing,
                  Tensor(a!) out, str layout="contiguous", Tensor? alpha=None) -> ()
+    quantize(Tensor x, Tensor global_scale, Tensor? routing=None, Tensor? index=None,
+             str form="plain") -> (Tensor, Tensor)
 
     contiguous: a (T, k/2)  b (E, n, k/2)  out (T, n)  routing int32 offsets[E + 1]
                 sfa >= contiguous_scale_rows(T, E) * round_up(k/16, 4) bytes (1-D)
@@ -43,6 +45,26 @@ with that graph); a plan has 8, so each layer may be captured into 8 graphs at o
 plan each). Plans that graphs captured are never evicted; :func:`release_plans` frees
 all of them once those graphs are destroyed.
 
+Activation quantization (:class:`nvfp4_aot.QuantizePlan`, the bytes of
+:func:`nvfp4_aot.quantize.quantize`): ``quantize(x, g, ...)`` returns ``(packed, scales)``,
+packed E2M1 codes (uint8, k/2 bytes a row) and blocked E4M3 scales (uint8, 1-D), exactly
+what ``moe_gemm`` reads as ``a`` and ``sfa``; x is bfloat16 or float16, C-contiguous;
+``global_scale`` g is float32 with one element, read on the GPU (sf = E4M3(g amax / 6);
+x ~ fp4 * sf / g, so alpha takes 1 / g)::
+
+    plain       x (T, k)                 -> packed (T, k/2), scales blocked for T rows
+    contiguous  x (rows, k), routing int32 offsets[E + 1], index int32 (capacity,) or None
+                -> packed (capacity, k/2): row i reads x[index[i]] (no index: x[i],
+                capacity = rows); scales contiguous_scale_rows(capacity, E) rows, each
+                expert's segment 128-row padded (padding rows zero): the contiguous
+                moe_gemm's a and sfa
+    masked      x (E, max_m, k), routing int32 masked_m[E] -> packed (E, max_m, k/2)
+
+Bytes a run does not write (rows no expert owns, scale rows past the routed segments)
+are unspecified on the GPU (``torch.empty``) and zero on the CPU, whose implementation
+is the numpy reference. One :class:`~nvfp4_aot.QuantizePlan` per (device, form, rows,
+capacity, experts, k, dtype), made on the first eager call as for ``moe_gemm``.
+
 Routing on the GPU (no ``.item()``, no ``.tolist()``, no host sync; ``bincount`` is
 avoided since on CUDA it reads the largest id back to the host)::
 
@@ -67,9 +89,11 @@ __all__ = [
     "MAX_PLANS",
     "Routing",
     "blocked_scales",
+    "global_scale",
     "moe_gemm",
     "moe_gemm_out",
     "plans",
+    "quantize",
     "register",
     "release_plans",
     "route",
@@ -85,6 +109,10 @@ SCHEMAS = {
         "moe_gemm_out(Tensor a, Tensor b, Tensor sfa, Tensor sfb, Tensor routing, "
         'Tensor(a!) out, str layout="contiguous", Tensor? alpha=None) -> ()'
     ),
+    "quantize": (
+        "quantize(Tensor x, Tensor global_scale, Tensor? routing=None, Tensor? index=None, "
+        'str form="plain") -> (Tensor, Tensor)'
+    ),
 }
 MAX_PLANS = 4096  # plans kept; past it, plans no CUDA graph captured are closed (oldest first)
 
@@ -92,6 +120,7 @@ _lock = threading.Lock()
 _library = None  # the torch.library.Library holding our registrations
 _moe_gemm = None  # torch.ops.nvfp4_aot.moe_gemm once registered
 _moe_gemm_out = None
+_quantize = None
 _plans: dict[tuple, object] = {}  # plan key -> MoeGemmPlan (insertion order = age)
 _captured: set[tuple] = set()  # keys of plans that CUDA graphs captured: never evicted
 
@@ -102,7 +131,7 @@ _captured: set[tuple] = set()  # keys of plans that CUDA graphs captured: never 
 
 def register() -> None:
     """Register the ops with ``torch.library`` (once per process; imports torch)."""
-    global _library, _moe_gemm, _moe_gemm_out
+    global _library, _moe_gemm, _moe_gemm_out, _quantize
     if _moe_gemm is not None:
         return
     import torch
@@ -119,12 +148,16 @@ def register() -> None:
             library.impl("moe_gemm_out", _moe_gemm_out_cuda, "CUDA")
             library.impl("moe_gemm", _moe_gemm_cpu, "CPU")
             library.impl("moe_gemm_out", _moe_gemm_out_cpu, "CPU")
+            library.impl("quantize", _quantize_cuda, "CUDA")
+            library.impl("quantize", _quantize_cpu, "CPU")
+            torch.library.register_fake(f"{NAMESPACE}::quantize", _quantize_fake, lib=library)
             torch.library.register_fake(f"{NAMESPACE}::moe_gemm", _moe_gemm_fake, lib=library)
             torch.library.register_fake(
                 f"{NAMESPACE}::moe_gemm_out", _moe_gemm_out_fake, lib=library
             )
             _library = library
         _moe_gemm_out = namespace.moe_gemm_out
+        _quantize = namespace.quantize
         _moe_gemm = namespace.moe_gemm
 
 
@@ -143,6 +176,25 @@ def moe_gemm_out(a, b, sfa, sfb, routing, out, layout: str = "contiguous", alpha
     if _moe_gemm_out is None:
         register()
     _moe_gemm_out(a, b, sfa, sfb, routing, out, layout, alpha)
+
+
+def quantize(x, global_scale, routing=None, index=None, form: str = "plain"):
+    """(packed, scales) of ``x`` in NVFP4 for the device float32 ``global_scale``
+    (see the module docstring for the forms); uint8 tensors on x's device."""
+    if _quantize is None:
+        register()
+    return _quantize(x, global_scale, routing, index, form)
+
+
+def global_scale(x):
+    """ModelOpt's global scale of ``x`` on its device, no host sync: float32 (1,) tensor
+    ``2688 / amax(|x|)`` (1 for an all-zero ``x``; the largest block scale is 448). Its
+    reciprocal is the tensor's factor of a GEMM's alpha (input_scale)."""
+    import torch
+
+    amax = x.abs().amax().float().reshape(1)
+    numerator = torch.full_like(amax, 448.0 * 6.0)
+    return torch.where(amax > 0, numerator / amax, torch.ones_like(amax))
 
 
 class Routing(NamedTuple):
@@ -416,6 +468,12 @@ def _new_plan(key: tuple, capturing: bool):
         experts, n, k, layout=layout, capacity=capacity, device=device,
         out_dtype="bfloat16" if bf16 else "float16", alpha=alpha,
     )  # fmt: skip
+    return _keep(key, plan)
+
+
+def _keep(key: tuple, plan):
+    """Hold ``plan`` under ``key`` (or the one another thread made first), evicting the
+    oldest uncaptured plans past MAX_PLANS."""
     evict = []
     with _lock:
         existing = _plans.get(key)
@@ -492,6 +550,153 @@ def _moe_gemm_out_cpu(a, b, sfa, sfb, routing, out, layout="contiguous", alpha=N
             out[e, :m] = c
         else:
             out[start : start + m] = c
+
+
+# ---------------------------------------------------------------------------------------
+# the activation quantizer
+
+
+def _quantize_check(x, global_scale, routing, index, form: str, real: bool):
+    """The quantizer problem of a call (nvfp4_aot.quantize_layout.QuantizeProblem);
+    raises InvalidProblemError naming the operand. ``real``: devices and contiguity too."""
+    import torch
+
+    from .quantize_layout import FORMS
+    from .quantizer import make_problem
+
+    if form not in FORMS:
+        raise InvalidProblemError(f"form must be one of {FORMS}, got {form!r}")
+    dtypes = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
+    if x.dtype not in dtypes:
+        raise InvalidProblemError(f"x must have dtype bfloat16 or float16, got {x.dtype}")
+    if global_scale.dtype != torch.float32 or global_scale.numel() != 1:
+        raise InvalidProblemError(
+            f"global_scale must be float32 with one element, got {global_scale.dtype} of "
+            f"shape {_shape(global_scale)}"
+        )
+    for name, t in (("routing", routing), ("index", index)):
+        if t is not None and (t.dtype != torch.int32 or t.dim() != 1):
+            raise InvalidProblemError(
+                f"{name} must be a 1-D int32 tensor, got {t.dtype} of shape {_shape(t)}"
+            )
+    if form != "contiguous" and index is not None:
+        raise InvalidProblemError(f"index is not an operand of the {form} form; pass None")
+    if form == "plain":
+        if routing is not None:
+            raise InvalidProblemError("routing is not an operand of the plain form; pass None")
+        if x.dim() != 2:
+            raise InvalidProblemError(f"x must be (T, k) for the plain form, got {_shape(x)}")
+        rows, capacity, experts = int(x.shape[0]), None, 1
+    elif routing is None:
+        raise InvalidProblemError(
+            f"routing is required by the {form} form "
+            f"({'offsets[E + 1]' if form == 'contiguous' else 'masked_m[E]'}, int32)"
+        )
+    elif form == "contiguous":
+        if x.dim() != 2:
+            raise InvalidProblemError(
+                f"x must be (rows, k) for the contiguous form, got {_shape(x)}"
+            )
+        rows, experts = int(x.shape[0]), int(routing.shape[0]) - 1
+        capacity = rows if index is None else int(index.shape[0])
+    else:
+        if x.dim() != 3:
+            raise InvalidProblemError(
+                f"x must be (experts, max_m, k) for the masked form, got {_shape(x)}"
+            )
+        if routing.shape[0] != x.shape[0]:
+            raise InvalidProblemError(
+                f"routing must be int32 masked_m[E] of shape ({x.shape[0]},), got {_shape(routing)}"
+            )
+        experts, capacity, rows = int(x.shape[0]), int(x.shape[1]), None
+    # int(): a symbolic size (torch.compile, dynamic shapes) is specialised here
+    problem = make_problem(int(x.shape[-1]), form, rows, capacity, experts, dtypes[x.dtype], None)
+    if real:
+        for name, t in (("x", x), ("global_scale", global_scale), ("routing", routing),
+                        ("index", index)):  # fmt: skip
+            if t is None:
+                continue
+            if t.device != x.device:
+                raise InvalidProblemError(f"{name} is on {t.device}, x is on {x.device}")
+            if not t.is_contiguous():
+                raise InvalidProblemError(f"{name} must be contiguous, got strides {t.stride()}")
+    return problem
+
+
+def _quantize_outputs(x, problem):
+    """Empty (packed, scales) of a problem's shapes, on x's device."""
+    import torch
+
+    if problem.form == "masked":
+        shape = (problem.experts, problem.capacity, problem.k // 2)
+    else:
+        shape = (problem.output_rows, problem.k // 2)
+    packed = x.new_empty(shape, dtype=torch.uint8)
+    return packed, x.new_empty((problem.operand_bytes()["scales"],), dtype=torch.uint8)
+
+
+def _quantize_fake(x, global_scale, routing=None, index=None, form="plain"):
+    return _quantize_outputs(x, _quantize_check(x, global_scale, routing, index, form, False))
+
+
+def _quantize_cuda(x, global_scale, routing=None, index=None, form="plain"):
+    import torch
+
+    p = _quantize_check(x, global_scale, routing, index, form, True)
+    packed, scales = _quantize_outputs(x, p)
+    device = x.device
+    key = ("quantize", device.index, p.form, p.rows, p.capacity, p.experts, p.k, p.dtype)
+    capturing = torch.cuda.is_current_stream_capturing()
+    plan = _plans.get(key)
+    if plan is None:
+        if capturing:
+            raise RuntimeError(
+                f"nvfp4_aot::quantize: no plan yet for the {p.form} form, k={p.k}, rows "
+                f"{p.rows}, capacity {p.capacity}, {p.experts} experts, {p.dtype}; a plan "
+                "cannot be created during CUDA graph capture: run the module once eagerly "
+                "before capturing"
+            )
+        from .quantizer import QuantizePlan
+
+        plan = _keep(key, QuantizePlan(
+            p.k, form=p.form, rows=p.rows, capacity=p.capacity, experts=p.experts,
+            dtype=p.dtype, device=device.index or 0,
+        ))  # fmt: skip
+    if capturing:
+        with _lock:
+            _captured.add(key)
+    plan.run(
+        x.data_ptr(), packed.data_ptr(), scales.data_ptr(), global_scale.data_ptr(),
+        None if routing is None else routing.data_ptr(),
+        None if index is None else index.data_ptr(),
+        stream=torch.cuda.current_stream(device).cuda_stream,
+    )  # fmt: skip
+    return packed, scales
+
+
+def _quantize_cpu(x, global_scale, routing=None, index=None, form="plain"):
+    """The numpy reference (nvfp4_aot.quantize.quantize through the kernel's row map):
+    the kernel's bytes where a run writes, zero elsewhere."""
+    import numpy as np
+    import torch
+
+    from .quantize_routing import expected_outputs
+
+    p = _quantize_check(x, global_scale, routing, index, form, True)
+    packed, scales = _quantize_outputs(x, p)
+    rows = x.reshape(-1, p.k)
+    if p.dtype == "bfloat16":
+        x_rows = rows.view(torch.int16).numpy().view(np.uint16)
+    else:
+        x_rows = rows.numpy()
+    expected = expected_outputs(
+        p, x_rows, np.float32(global_scale.reshape(()).item()),
+        None if routing is None else routing.numpy(),
+        None if index is None else index.numpy(),
+    )  # fmt: skip
+    packed.copy_(torch.from_numpy(expected.out.reshape(packed.shape)))
+    scales.copy_(torch.from_numpy(expected.scales))
+    return packed, scales
 
 
 if "torch" in sys.modules:  # torch is there already: registering costs no import

@@ -1,11 +1,13 @@
-"""The torch ops on a real GPU: torch.ops.nvfp4_aot.moe_gemm / moe_gemm_out.
+"""The torch ops on a real GPU: torch.ops.nvfp4_aot.moe_gemm / moe_gemm_out / quantize.
 
-Correctness against the float64 reference on random routings (empty experts, all empty,
-one expert), both layouts and more experts than one launch holds; unrouted rows of
-``out`` untouched; the fake implementation's shape on CUDA fake tensors;
+moe_gemm: correctness against the float64 reference on random routings (empty experts,
+all empty, one expert), both layouts and more experts than one launch holds; unrouted
+rows of ``out`` untouched; the fake implementation's shape on CUDA fake tensors;
 ``torch.compile(fullgraph=True)``; one ``torch.cuda.graph`` capture replayed with new
 routings; and no host sync (``torch.cuda.set_sync_debug_mode("error")``) on the routing
-helpers and the ops. Skipped without torch with CUDA (or fails under
+helpers and the ops. quantize: its bytes against the numpy reference in every form; the
+torch example end to end in this process; one CUDA graph of the whole example layer
+replayed with new routings. Skipped without torch with CUDA (or fails under
 NVFP4_AOT_REQUIRE_GPU=1, as every GPU test).
 """
 
@@ -261,3 +263,141 @@ def test_routing_helpers_on_gpu_without_host_sync(torch, ops):
     cpu_sfa = ops.blocked_scales(scales.cpu(), cpu.scale_rows, cpu.scale_row_count)
     assert torch.equal(sfa.cpu(), cpu_sfa)
     assert int(r.offsets[4] - r.offsets[3]) == 0
+
+
+# the quantizer op and the example layer ------------------------------------------------
+
+
+def _quantizer_matches(torch, x, g, routing, index, form, label):
+    """torch_ops.quantize on the GPU against the numpy reference's bytes, where a run
+    writes (quantize_routing.expected_outputs: the kernel's row map)."""
+    from nvfp4_aot import torch_ops
+    from nvfp4_aot.quantize_routing import expected_outputs
+
+    torch_ops.quantize(x, g, routing, index, form)  # warm-up: the plan
+    torch.cuda.synchronize()
+    with no_host_sync(torch):
+        packed, scales = torch_ops.quantize(x, g, routing, index, form)
+    torch.cuda.synchronize()
+    problem = torch_ops._quantize_check(x.cpu(), g.cpu(), None if routing is None else
+                                        routing.cpu(), None if index is None else index.cpu(),
+                                        form, True)  # fmt: skip
+    rows = x.reshape(-1, x.shape[-1]).cpu()
+    bits = (
+        rows.view(torch.int16).numpy().view(np.uint16)
+        if x.dtype == torch.bfloat16
+        else rows.numpy()
+    )
+    want = expected_outputs(
+        problem, bits, np.float32(g.cpu().reshape(()).item()),
+        None if routing is None else routing.cpu().numpy(),
+        None if index is None else index.cpu().numpy(),
+    )  # fmt: skip
+    got_out, got_scales = packed.cpu().numpy().reshape(-1), scales.cpu().numpy()
+    bad_out = np.flatnonzero(got_out[want.out_written] != want.out[want.out_written])
+    bad_sf = np.flatnonzero(got_scales[want.scales_written] != want.scales[want.scales_written])
+    assert bad_out.size == 0 and bad_sf.size == 0, (
+        f"{label}: {bad_out.size} code bytes and {bad_sf.size} scale bytes differ from "
+        f"the numpy reference (first at {bad_out[:3].tolist()}, {bad_sf[:3].tolist()})"
+    )
+    return packed, scales
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("rows,k", [(1, 16), (3, 48), (129, 160), (1000, 2048), (64, 7168)])
+def test_quantize_op_bytes_equal_numpy(torch, ops, dtype, rows, k):
+    gen = torch.Generator(device="cuda").manual_seed(rows * 7 + k)
+    x = (torch.randn(rows, k, device="cuda", generator=gen) * 5).to(getattr(torch, dtype))
+    x[0, :16] = 0  # an all-zero block
+    g = ops.global_scale(x)
+    _quantizer_matches(torch, x, g, None, None, "plain", f"plain {rows}x{k} {dtype}")
+    _quantizer_matches(torch, x, torch.tensor([0.37], device="cuda"), None, None, "plain",
+                       f"plain {rows}x{k} {dtype}, small g")  # fmt: skip
+    assert len(ops.plans()) == 1  # one plan for the shape
+
+
+@pytest.mark.parametrize(
+    "tokens,experts,top_k,k", [(1, 128, 8, 2048), (300, 40, 4, 256), (2000, 8, 2, 512)]
+)
+def test_quantize_op_contiguous_and_masked(torch, ops, tokens, experts, top_k, k):
+    gen = torch.Generator(device="cuda").manual_seed(tokens + experts)
+    x = (torch.randn(tokens, k, device="cuda", generator=gen) * 2).to(torch.bfloat16)
+    logits = torch.randn(tokens, experts, device="cuda", generator=gen)
+    logits[:, 3] = -1e9  # expert 3 empty
+    r = ops.route(logits.topk(top_k, dim=-1).indices, experts)
+    g = ops.global_scale(x)
+    _quantizer_matches(torch, x, g, r.offsets, r.tokens.to(torch.int32), "contiguous",
+                       f"contiguous T={tokens} E={experts} top-{top_k}")  # fmt: skip
+    h = x[r.tokens]  # rows in expert order, no index
+    _quantizer_matches(torch, h, g, r.offsets, None, "contiguous", "contiguous, no index")
+    max_m = max(1, tokens * top_k // experts)
+    xm = (torch.randn(experts, max_m, k, device="cuda", generator=gen)).to(torch.float16)
+    masked_m = torch.randint(0, max_m + 1, (experts,), device="cuda", generator=gen).int()
+    _quantizer_matches(torch, xm, g, masked_m, None, "masked", f"masked E={experts} max_m={max_m}")
+
+
+def _example():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "torch_moe.py"
+    spec = importlib.util.spec_from_file_location("torch_moe_example", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "args", [("--graph", "--compile"), ("--tokens", "1", "--top-k", "8", "--experts", "64",
+                                        "--hidden", "512", "--ffn", "256", "--graph")],
+    ids=["default-graph-compile", "decode-T1-E64-top8"],
+)  # fmt: skip
+def test_example_end_to_end(torch, ops, capsys, args):
+    """examples/torch_moe.py in this process: BF16 -> quantize -> GEMM -> SiLU -> quantize
+    -> GEMM -> combine on the GPU, eager with no host sync, graph replays, compile."""
+    assert _example().main(["--device", "0", "--seed", "5", *args]) == 0
+    out = capsys.readouterr().out
+    print(out)
+    assert "MISMATCH" not in out and "DIFFER" not in out
+
+
+def test_layer_graph_replays_new_routing(torch, ops):
+    """One torch.cuda.graph capture of the whole layer (router, route, both quantizers,
+    both GEMMs, combine), replayed with new hidden states and a new router bias: a new
+    routing each time, every replay equal to float64 of its own quantized operands, and
+    to the eager layer on the same input."""
+    example = _example()
+    torch.manual_seed(11)
+    experts, hidden, ffn, tokens, top_k = 32, 512, 256, 96, 4
+    router = torch.randn(hidden, experts, device="cuda") / hidden**0.5
+    w1 = torch.randn(experts, 2 * ffn, hidden, device="cuda") / hidden**0.5
+    w2 = torch.randn(experts, hidden, ffn, device="cuda") / ffn**0.5
+    layer = example.make_layer_class()(router, w1, w2, top_k)
+    layer.w1_float, layer.w2_float = w1.double().cpu().numpy(), w2.double().cpu().numpy()
+    static_x = torch.randn(tokens, hidden, device="cuda").to(torch.bfloat16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        layer(static_x)  # warm-up: the plans
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y, static_trace = layer(static_x)
+    seen = set()
+    for i in range(4):
+        static_x.copy_(torch.randn(tokens, hidden, device="cuda").to(torch.bfloat16))
+        layer.router_bias.copy_(torch.randn(experts, device="cuda") * (i % 2) * 3)
+        with no_host_sync(torch):
+            graph.replay()
+        torch.cuda.synchronize()
+        offsets = tuple(static_trace["offsets"].cpu().tolist())
+        seen.add(offsets)
+        assert example.check(layer, static_y, static_trace, f"replay {i}"), f"replay {i}"
+        y_eager, trace_eager = layer(static_x.clone())
+        torch.cuda.synchronize()
+        assert torch.equal(trace_eager["a1"], static_trace["a1"]), f"replay {i}: a1"
+        error = relative_error(static_y.double().cpu().numpy(), y_eager.double().cpu().numpy())
+        assert error <= 1e-2, f"replay {i}: graph vs eager {error:.3g}"
+    assert len(seen) == 4, "the replays did not route differently"
+    layer.router_bias.zero_()
+    del graph

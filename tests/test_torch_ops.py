@@ -289,26 +289,50 @@ def _load_example():
     return module
 
 
-@pytest.mark.parametrize("bias", [False, True], ids=["random-router", "two-experts"])
-def test_example_layer_on_cpu(torch, ops, bias, capsys):
-    """The example's layer, run on CPU tensors through the CPU reference op, checked as
-    the example checks it: its routing, quantiser and scale layout are right."""
-    example = _load_example()
-    torch.manual_seed(3)
-    experts, hidden, ffn, tokens, top_k = 7, 128, 64, 90, 2
+def make_example_layer(torch, example, experts=7, hidden=128, ffn=64, top_k=2, seed=3):
+    torch.manual_seed(seed)
     router = torch.randn(hidden, experts) / hidden**0.5
     w1 = torch.randn(experts, 2 * ffn, hidden) / hidden**0.5
     w2 = torch.randn(experts, hidden, ffn) / ffn**0.5
     layer = example.make_layer_class()(router, w1, w2, top_k)
     layer.w1_float, layer.w2_float = w1.double().numpy(), w2.double().numpy()
+    return layer
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["random-router", "two-experts"])
+def test_example_layer_on_cpu(torch, ops, bias, capsys):
+    """The example's layer end to end on CPU tensors through the ops' CPU paths (the
+    numpy quantizer, the float64 GEMM reference): BF16 hidden -> route -> quantize
+    (contiguous, index) -> gate/up GEMM (alpha, BF16) -> SiLU * up -> quantize -> down
+    GEMM -> combine, checked as the example checks it (quantizer bytes, float64 of the
+    same quantized operands)."""
+    example = _load_example()
+    layer = make_example_layer(torch, example)
     if bias:
-        layer.router_bias[:top_k] = 100.0
-    x = torch.randn(tokens, hidden)
+        layer.router_bias[:2] = 100.0
+    x = torch.randn(90, 128).to(torch.bfloat16)
     y, trace = layer(x)
-    assert example.check(example.HostWeights(layer), y, trace, "cpu", x=x, layer=layer)
-    assert "MISMATCH" not in capsys.readouterr().out
-    # and against the unquantised float64 layer, loosely (FP4 error)
+    assert y.dtype == torch.bfloat16 and tuple(y.shape) == (90, 128)
+    assert trace["c1"].dtype == torch.bfloat16 and trace["a1"].shape == (180, 64)
+    assert example.check(layer, y, trace, "cpu", x=x)
+    out = capsys.readouterr().out
+    assert "MISMATCH" not in out and "= numpy reference" in out
+    # and against the unquantized float64 layer, loosely (FP4 error)
     assert relative_error(y.double().numpy(), example.exact_layer(layer, x)) < 0.5
+
+
+def test_example_check_catches_a_wrong_layer(torch, ops, capsys):
+    """The example's check fails on a wrong alpha and on a flipped quantizer byte."""
+    example = _load_example()
+    layer = make_example_layer(torch, example, seed=4)
+    x = torch.randn(40, 128).to(torch.bfloat16)
+    y, trace = layer(x)
+    bad = dict(trace, alpha1=trace["alpha1"] * 1.01)
+    assert not example.check(layer, y, bad, "wrong alpha")
+    a2 = trace["a2"].clone()
+    a2[3, 5] ^= 0x11
+    assert not example.check(layer, y, dict(trace, a2=a2), "flipped byte")
+    assert "DIFFER" in capsys.readouterr().out
 
 
 class RecordingPlan:
@@ -377,3 +401,253 @@ def test_cuda_path_plans_and_graph_slots(torch, ops, monkeypatch):
     assert RecordingPlan.made[-1].key[-2:] == ("bfloat16", True)
     assert RecordingPlan.made[-1].runs[-1][-1] == alpha.data_ptr()
     ops.release_plans()
+
+
+# the quantizer op -----------------------------------------------------------------------
+
+
+def bf16(torch, rng, shape, scale=3.0):
+    return torch.from_numpy(rng.standard_normal(shape).astype(np.float32) * scale).bfloat16()
+
+
+def host_bits(torch, x):
+    if x.dtype == torch.bfloat16:
+        return x.view(torch.int16).numpy().view(np.uint16)
+    return x.numpy()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("rows,k", [(1, 16), (37, 96), (130, 160), (300, 2048)])
+def test_quantize_plain_cpu_equals_numpy(torch, ops, dtype, rows, k):
+    from nvfp4_aot.quantize import quantize
+
+    rng = np.random.default_rng(rows + k)
+    x = bf16(torch, rng, (rows, k)).to(getattr(torch, dtype))
+    x[0, :16] = 0  # an all-zero block
+    g = ops.global_scale(x)
+    packed, scales = ops.quantize(x, g)
+    q = quantize(host_bits(torch, x))  # default g: 2688 / amax, the same float32
+    assert float(g) == float(q.global_scale)
+    assert packed.dtype == torch.uint8 and tuple(packed.shape) == (rows, k // 2)
+    assert np.array_equal(packed.numpy(), q.packed)
+    assert np.array_equal(scales.numpy(), q.scales_blocked)
+    assert float(ops.global_scale(torch.zeros(4, 16, dtype=torch.bfloat16))) == 1.0
+
+
+def test_quantize_contiguous_cpu_is_the_gemm_layout(torch, ops):
+    """Contiguous with index: row i is quantize(x[index[i]]) and the scales are the
+    contiguous layout's SFA (blocked_scales of the row-major scales at route()'s rows);
+    without index row i reads x[i]; padding scale rows zero."""
+    from nvfp4_aot.quantize import quantize
+
+    rng = np.random.default_rng(2)
+    tokens, top_k, experts, k = 150, 3, 9, 224
+    x = bf16(torch, rng, (tokens, k))
+    top = torch.from_numpy(
+        np.stack([rng.choice(experts, top_k, replace=False) for _ in range(tokens)])
+    )
+    top[top == 2] = 5  # expert 2 empty
+    r = ops.route(top, experts)
+    g = torch.tensor([7.5], dtype=torch.float32)
+    packed, scales = ops.quantize(x, g, r.offsets, r.tokens.to(torch.int32), "contiguous")
+    q = quantize(host_bits(torch, x)[r.tokens.numpy()], np.float32(7.5))
+    assert np.array_equal(packed.numpy(), q.packed)
+    want = ops.blocked_scales(torch.from_numpy(q.scales.copy()), r.scale_rows, r.scale_row_count)
+    assert np.array_equal(scales.numpy(), want.numpy())
+    # no index: row i reads x[i] (the down projection's h, already in expert order)
+    h = bf16(torch, rng, (tokens * top_k, 64))
+    packed, scales = ops.quantize(h, g, r.offsets, None, "contiguous")
+    q = quantize(host_bits(torch, h), np.float32(7.5))
+    assert np.array_equal(packed.numpy(), q.packed)
+    want = ops.blocked_scales(torch.from_numpy(q.scales.copy()), r.scale_rows, r.scale_row_count)
+    assert np.array_equal(scales.numpy(), want.numpy())
+
+
+def test_quantize_masked_cpu(torch, ops):
+    from nvfp4_aot.quantize import quantize
+
+    rng = np.random.default_rng(3)
+    experts, max_m, k = 3, 40, 64
+    x = bf16(torch, rng, (experts, max_m, k)).half()
+    masked_m = torch.tensor([40, 0, 17], dtype=torch.int32)
+    g = torch.tensor(2.0)
+    packed, scales = ops.quantize(x, g.reshape(1), masked_m, None, "masked")
+    assert tuple(packed.shape) == (experts, max_m, k // 2)
+    per = blocked_scale_bytes(max_m, k)
+    for e, m in enumerate(masked_m.tolist()):
+        if m:
+            q = quantize(x[e, :m].numpy(), np.float32(2.0))
+            assert np.array_equal(packed[e, :m].numpy(), q.packed)
+            assert np.array_equal(scales[e * per : (e + 1) * per].numpy(), q.scales_blocked)
+        assert not packed[e, m:].any()  # unwritten: zero on the CPU
+
+
+@pytest.mark.parametrize("form", ["plain", "contiguous", "masked"])
+def test_quantize_fake_shapes(torch, ops, form):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        g = torch.empty(1)
+        if form == "plain":
+            packed, scales = torch.ops.nvfp4_aot.quantize(
+                torch.empty(200, 96, dtype=torch.bfloat16), g
+            )
+            want = ((200, 48), blocked_scale_bytes(200, 96))
+        elif form == "contiguous":
+            x = torch.empty(50, 96, dtype=torch.float16)
+            offsets = torch.empty(7, dtype=torch.int32)
+            index = torch.empty(400, dtype=torch.int32)
+            packed, scales = torch.ops.nvfp4_aot.quantize(x, g, offsets, index, form)
+            want = ((400, 48), contiguous_scale_rows(400, 6) * 8)
+        else:
+            x = torch.empty(4, 30, 96, dtype=torch.bfloat16)
+            routing = torch.empty(4, dtype=torch.int32)
+            packed, scales = torch.ops.nvfp4_aot.quantize(x, g, routing, None, form)
+            want = ((4, 30, 48), 4 * blocked_scale_bytes(30, 96))
+        assert (tuple(packed.shape), scales.numel()) == want
+        assert packed.dtype == scales.dtype == torch.uint8 and scales.dim() == 1
+    meta = ops.quantize(torch.empty(5, 32, dtype=torch.bfloat16, device="meta"),
+                        torch.empty(1, device="meta"))  # fmt: skip
+    assert meta[0].device.type == "meta" and tuple(meta[0].shape) == (5, 16)
+
+
+QUANT_BAD = [  # (form, change(x, g, routing, index) -> operands, message)
+    ("plain", lambda x, g, r, i: (x.float(), g, None, None), r"x must have dtype bfloat16 or float16"),
+    ("plain", lambda x, g, r, i: (x[:, :40], g, None, None), r"k must be a multiple of 16"),
+    ("plain", lambda x, g, r, i: (x[:, :32], g, None, None), r"x must be contiguous"),
+    ("plain", lambda x, g, r, i: (x[None], g, None, None), r"x must be \(T, k\)"),
+    ("plain", lambda x, g, r, i: (x, g.double(), None, None), r"global_scale must be float32"),
+    ("plain", lambda x, g, r, i: (x, g.repeat(2), None, None), r"global_scale must be float32 with one"),
+    ("plain", lambda x, g, r, i: (x, g, r, None), r"routing is not an operand of the plain form"),
+    ("plain", lambda x, g, r, i: (x, g, None, i), r"index is not an operand of the plain form"),
+    ("contiguous", lambda x, g, r, i: (x, g, None, i), r"routing is required by the contiguous form"),
+    ("contiguous", lambda x, g, r, i: (x, g, r.long(), i), r"routing must be a 1-D int32"),
+    ("contiguous", lambda x, g, r, i: (x, g, r, i.long()), r"index must be a 1-D int32"),
+    ("contiguous", lambda x, g, r, i: (x, g, r, i[:0]), r"capacity must be an int >= 1"),
+    ("contiguous", lambda x, g, r, i: (x[0], g, r, i), r"x must be \(rows, k\) for the contiguous"),
+    ("masked", lambda x, g, r, i: (x, g, r[:4], None), r"x must be \(experts, max_m, k\)"),
+    ("masked", lambda x, g, r, i: (x.reshape(2, 10, 64), g, r[:3], None), r"routing must be int32 masked_m\[E\] of shape \(2,\)"),
+    ("masked", lambda x, g, r, i: (x.reshape(2, 10, 64), g, r[:2], i), r"index is not an operand of the masked form"),
+    ("ragged", lambda x, g, r, i: (x, g, r, i), r"form must be one of"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "form,change,message", QUANT_BAD, ids=[f"{b[0]}-{i}" for i, b in enumerate(QUANT_BAD)]
+)
+def test_quantize_bad_inputs_name_the_field(torch, ops, form, change, message):
+    x = torch.zeros(20, 64, dtype=torch.bfloat16)
+    g = torch.ones(1)
+    offsets = torch.tensor([0, 10, 20, 40], dtype=torch.int32)
+    index = torch.zeros(40, dtype=torch.int32)
+    operands = change(x, g, offsets, index)
+    with pytest.raises(InvalidProblemError, match=message):
+        ops.quantize(*operands, form)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    if "must be contiguous" in message:
+        return  # a property of real tensors: fake ones are not checked for it
+    with FakeTensorMode() as mode, pytest.raises(InvalidProblemError, match=message):
+        fake = [None if t is None else mode.from_tensor(t) for t in operands]
+        torch.ops.nvfp4_aot.quantize(*fake, form)
+
+
+def test_compile_fullgraph_traces_quantize(torch, ops):
+    """torch.compile(fullgraph=True, aot_eager) of quantize -> moe_gemm: the fake
+    implementations trace it, the CPU implementations run it, results as eager."""
+    example = _load_example()
+    layer = make_example_layer(torch, example, experts=4, hidden=64, ffn=32, seed=9)
+    x = torch.randn(30, 64).to(torch.bfloat16)
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    y, trace = compiled(x)
+    y_eager, trace_eager = layer(x)
+    for name in ("a1", "sfa1", "a2", "sfa2"):
+        assert torch.equal(trace[name], trace_eager[name]), name
+    assert torch.equal(y, y_eager)
+
+
+class RecordingQuantizePlan:
+    made: list = []
+
+    def __init__(self, k, *, form, rows, capacity, experts, dtype, device):
+        self.key = (k, form, rows, capacity, experts, dtype, device)
+        self.runs, self.closed = [], False
+        RecordingQuantizePlan.made.append(self)
+
+    def run(self, *pointers, stream):
+        self.runs.append((pointers, stream))
+
+    def close(self):
+        self.closed = True
+
+
+def test_quantize_cuda_path_plans(torch, ops, monkeypatch):
+    """The CUDA implementation's host side on CPU tensors, QuantizePlan and torch.cuda
+    stubbed: one plan per shape, pointers (None for absent operands) and the current
+    stream passed through, no plan made during capture, captured plans kept."""
+    from nvfp4_aot import quantizer
+
+    capturing = [False]
+    monkeypatch.setattr(quantizer, "QuantizePlan", RecordingQuantizePlan)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    monkeypatch.setattr(
+        torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": 55})()
+    )
+    RecordingQuantizePlan.made = []
+    ops.release_plans()
+    x = torch.zeros(20, 64, dtype=torch.bfloat16)
+    g = torch.ones(1)
+    offsets = torch.tensor([0, 10, 20, 40], dtype=torch.int32)
+    index = torch.zeros(40, dtype=torch.int32)
+    run = ops._quantize_cuda
+    packed, scales = run(x, g, offsets, index, "contiguous")
+    run(x, g, offsets, index, "contiguous")
+    assert len(RecordingQuantizePlan.made) == 1
+    plan = RecordingQuantizePlan.made[0]
+    assert plan.key == (64, "contiguous", 20, 40, 3, "bfloat16", 0)
+    pointers, stream = plan.runs[0]
+    assert stream == 55 and len(pointers) == 6
+    assert pointers[0] == x.data_ptr() and pointers[3:] == (g.data_ptr(), offsets.data_ptr(),
+                                                            index.data_ptr())  # fmt: skip
+    assert tuple(packed.shape) == (40, 32) and scales.numel() == contiguous_scale_rows(40, 3) * 4
+    run(x, g)  # plain: another plan, routing and index None
+    assert RecordingQuantizePlan.made[-1].key[:5] == (64, "plain", 20, 20, 1)
+    assert RecordingQuantizePlan.made[-1].runs[0][0][4:] == (None, None)
+    capturing[0] = True
+    run(x, g)  # a known plan: fine while capturing
+    with pytest.raises(RuntimeError, match="run the module once eagerly"):
+        run(x.half(), g)
+    capturing[0] = False
+    assert len(ops.plans()) == 2
+    ops.release_plans()
+    assert all(p.closed for p in RecordingQuantizePlan.made)
+
+
+def test_quantize_cuda_path_with_the_real_plan(torch, ops, monkeypatch):
+    """The CUDA implementation with the real QuantizePlan against the fake driver
+    (committed sm_90a artifacts; int pointers to CPU tensors, launches recorded): the
+    plan's constructor and run() accept what the op passes, in every form."""
+    from fake_driver import FakeDriver, installed
+    from nvfp4_aot import loader
+    from support import kernel_params_of
+
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(
+        torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": 0})()
+    )
+    ops.release_plans()
+    fake = FakeDriver(capability=(9, 0), kernel_params=kernel_params_of(loader.load_manifest()))
+    with installed(fake):
+        x = torch.zeros(20, 64, dtype=torch.bfloat16)
+        g = torch.ones(1)
+        offsets = torch.tensor([0, 10, 20, 40], dtype=torch.int32)
+        index = torch.zeros(40, dtype=torch.int32)
+        before = len(fake.launches)
+        packed, scales = ops._quantize_cuda(x, g, offsets, index, "contiguous")
+        assert tuple(packed.shape) == (40, 32) and len(fake.launches) > before
+        ops._quantize_cuda(x.half(), g)
+        ops._quantize_cuda(x.reshape(2, 10, 64), g, offsets[:2], None, "masked")
+        ops._quantize_cuda(x, g, offsets, None, "contiguous")  # rows = capacity = 20
+        assert len(ops.plans()) == 4
+        assert all(type(p).__name__ == "QuantizePlan" for p in ops.plans())
+        ops.release_plans()
