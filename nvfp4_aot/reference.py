@@ -12,13 +12,18 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from nvfp4_aot.blocked import blocked_scale_bytes
+from nvfp4_aot.errors import InvalidProblemError
+from nvfp4_aot.intmath import round_up
 from nvfp4_aot.layouts import (
     SF_VEC_SIZE,
     Problem,
+    blocked_to_scales,
     e4m3_to_float,
     fp4_to_float,
     unpack_fp4,
 )
+from nvfp4_aot.moe_layout import SF_BLOCK_ROWS, scale_offsets
 
 # The relative (Frobenius) error a correct kernel's output stays within, per output dtype:
 # about twice float16's unit roundoff (2^-11) and about bfloat16's (2^-8). Rounding the
@@ -97,3 +102,45 @@ def relative_error(out, ref) -> float:
     if ref_norm == 0.0:
         return 0.0 if diff_norm == 0.0 else float("inf")
     return float(diff_norm / ref_norm)
+
+
+def moe_gemm_reference(layout: str, a, b, sfa, sfb, routing, alpha=None):
+    """The MoE grouped GEMM of :mod:`nvfp4_aot.moe`'s layouts in float64 on host arrays:
+    yields ``(expert, first row, C rows)`` for every expert with rows, C = alpha[e] *
+    A_e @ B_e^T (alpha optional). ``a`` (T, k/2) contiguous or (E, M, k/2) masked, ``b``
+    (E, n, k/2) uint8; ``sfa``, ``sfb`` 1-D blocked bytes; ``routing`` offsets[E + 1] or
+    masked_m[E]. A routing the GPU kernels would clamp raises InvalidProblemError."""
+    a, b, sfa, sfb = (np.asarray(x).view(np.uint8) for x in (a, b, sfa, sfb))
+    values = np.asarray(routing).astype(np.int64)
+    experts, n, half_k = b.shape
+    k = 2 * half_k
+    capacity = a.shape[0] if layout == "contiguous" else a.shape[1]
+    cols = k // SF_VEC_SIZE
+    row_bytes = round_up(cols, 4)
+    if layout == "masked":
+        if (values < 0).any():
+            raise InvalidProblemError(f"routing: masked_m must be >= 0, got {values}")
+        counts = np.minimum(values, capacity)
+        starts = np.zeros(experts, dtype=np.int64)
+        sfa_at = [e * blocked_scale_bytes(capacity, k) for e in range(experts)]
+    else:
+        counts = np.diff(values)
+        if values[0] != 0 or (counts < 0).any() or values[-1] > capacity:
+            raise InvalidProblemError(
+                f"routing: offsets must rise from 0 to at most {capacity}, got {values}"
+            )
+        starts = values[:-1]
+        sfa_at = [row * row_bytes for row in scale_offsets(counts)]
+    b_bytes = blocked_scale_bytes(n, k)
+    for e in range(experts):
+        m, start = int(counts[e]), int(starts[e])
+        if m == 0:
+            continue
+        rows = a[e] if layout == "masked" else a
+        segment = sfa[sfa_at[e] : sfa_at[e] + round_up(m, SF_BLOCK_ROWS) * row_bytes]
+        a64 = dequantize(rows[start : start + m], blocked_to_scales(segment, m, cols))
+        b64 = dequantize(b[e], blocked_to_scales(sfb[e * b_bytes : (e + 1) * b_bytes], n, cols))
+        result = a64 @ b64.T
+        if alpha is not None:
+            result *= float(np.asarray(alpha)[e])
+        yield e, start, result

@@ -83,7 +83,7 @@ from typing import NamedTuple
 from .blocked import BLOCK_COLS, SF_VEC_SIZE, blocked_scale_bytes
 from .errors import InvalidProblemError
 from .intmath import round_up
-from .moe_layout import LAYOUTS, SF_BLOCK_ROWS, contiguous_scale_rows, scale_offsets
+from .moe_layout import LAYOUTS, SF_BLOCK_ROWS, contiguous_scale_rows
 
 __all__ = [
     "MAX_PLANS",
@@ -502,54 +502,24 @@ def _moe_gemm_cpu(a, b, sfa, sfb, routing, layout="contiguous", alpha=None, out_
 
 def _moe_gemm_out_cpu(a, b, sfa, sfb, routing, out, layout="contiguous", alpha=None):
     """The float64 reference of the kernel, on CPU tensors (numpy)."""
-    import numpy as np
     import torch
 
-    from .layouts import blocked_to_scales
-    from .reference import dequantize
+    from .reference import moe_gemm_reference
 
-    experts, n, k, capacity = _check(a, b, sfa, sfb, routing, out, layout, True, alpha)
-    scale = None if alpha is None else alpha.numpy()
+    _check(a, b, sfa, sfb, routing, out, layout, True, alpha)
 
     def host(t):
         return (t.view(torch.uint8) if t.dtype != torch.uint8 else t).numpy()
 
-    cols = k // SF_VEC_SIZE
-    row_bytes = round_up(cols, 4)
-    a_host, b_host = host(a), host(b)
-    sfa_host, sfb_host = host(sfa), host(sfb)
-    values = routing.numpy().astype(np.int64)
-    b_expert_bytes = blocked_scale_bytes(n, k)
-    if layout == "masked":
-        if (values < 0).any():
-            raise InvalidProblemError(f"routing: masked_m must be >= 0, got {values}")
-        counts = np.minimum(values, capacity)
-        starts = [0] * experts
-        a_rows = [a_host[e] for e in range(experts)]
-        sfa_at = [e * blocked_scale_bytes(capacity, k) for e in range(experts)]
-    else:
-        counts = np.diff(values)
-        if values[0] != 0 or (counts < 0).any() or values[-1] > capacity:
-            raise InvalidProblemError(
-                f"routing: offsets must rise from 0 to at most {capacity}, got {values}"
-            )
-        starts = values[:-1]
-        a_rows = [a_host] * experts
-        sfa_at = [row * row_bytes for row in scale_offsets(counts)]
-    for e in range(experts):
-        m, start = int(counts[e]), int(starts[e])
-        if m == 0:
-            continue
-        segment = sfa_host[sfa_at[e] : sfa_at[e] + round_up(m, 128) * row_bytes]
-        a64 = dequantize(a_rows[e][start : start + m], blocked_to_scales(segment, m, cols))
-        b_scales = sfb_host[e * b_expert_bytes : (e + 1) * b_expert_bytes]
-        b64 = dequantize(b_host[e], blocked_to_scales(b_scales, n, cols))
-        c64 = a64 @ b64.T
-        c = torch.from_numpy(c64 if scale is None else c64 * float(scale[e])).to(out.dtype)
+    scale = None if alpha is None else alpha.numpy()
+    for e, start, result in moe_gemm_reference(
+        layout, host(a), host(b), host(sfa), host(sfb), routing.numpy(), scale
+    ):
+        c = torch.from_numpy(result).to(out.dtype)
         if layout == "masked":
-            out[e, :m] = c
+            out[e, : len(result)] = c
         else:
-            out[start : start + m] = c
+            out[start : start + len(result)] = c
 
 
 # ---------------------------------------------------------------------------------------

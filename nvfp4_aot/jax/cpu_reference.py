@@ -14,12 +14,8 @@ import ctypes
 
 import numpy as np
 
-from ..blocked import SF_VEC_SIZE, blocked_scale_bytes
-from ..errors import InvalidProblemError
-from ..intmath import round_up
-from ..layouts import blocked_to_scales
-from ..moe_layout import scale_offsets
-from ..reference import dequantize
+from ..layouts import encode_output
+from ..reference import moe_gemm_reference
 from . import xla_ffi
 
 
@@ -42,62 +38,24 @@ def _numpy_dtype(buffer):
 
 
 def moe_reference(layout: str, ops, alpha_buffer, c_buffer, fill_nan: bool = True) -> None:
-    """C = alpha_e * A_e @ B_e^T per expert, the routing read from the host buffer; rows
-    no expert owns keep C's contents (XLA's fresh buffer: NaN written first, unless the
-    call passed ``out``: ``fill_nan`` False)."""
-    a = host_array(ops[0], np.uint8)
-    b = host_array(ops[1], np.uint8)
-    sfa = host_array(ops[2], np.uint8)
-    sfb = host_array(ops[3], np.uint8)
-    values = host_array(ops[4], np.int32).astype(np.int64)
+    """C = alpha_e * A_e @ B_e^T per expert (:func:`nvfp4_aot.reference.moe_gemm_reference`),
+    the routing read from the host buffer; rows no expert owns keep C's contents (XLA's
+    fresh buffer: NaN written first, unless the call passed ``out``: ``fill_nan`` False)."""
+    a, b, sfa, sfb = (host_array(op, np.uint8) for op in ops[:4])
+    routing = host_array(ops[4], np.int32)
     alpha = host_array(alpha_buffer, np.float32) if alpha_buffer is not None else None
     out_dtype = xla_ffi.dtype_name(c_buffer)
     c = host_array(c_buffer, np.uint16)
-    experts, n, half_k = b.shape
-    k = 2 * half_k
-    capacity = a.shape[0] if layout == "contiguous" else a.shape[1]
-    cols = k // SF_VEC_SIZE
-    row_bytes = round_up(cols, 4)
     if fill_nan:
-        c[...] = _encode(np.full(c.shape, np.nan), out_dtype)
-    if layout == "masked":
-        if (values < 0).any():
-            raise InvalidProblemError(f"routing: masked_m must be >= 0, got {values}")
-        counts = np.minimum(values, capacity)
-        starts = np.zeros(experts, dtype=np.int64)
-        sfa_at = [e * blocked_scale_bytes(capacity, k) for e in range(experts)]
-    else:
-        counts = np.diff(values)
-        if values[0] != 0 or (counts < 0).any() or values[-1] > capacity:
-            raise InvalidProblemError(
-                f"routing: offsets must rise from 0 to at most {capacity}, got {values}"
-            )
-        starts = values[:-1]
-        sfa_at = [row * row_bytes for row in scale_offsets(counts)]
-    b_bytes = blocked_scale_bytes(n, k)
-    for e in range(experts):
-        m, start = int(counts[e]), int(starts[e])
-        if m == 0:
-            continue
-        rows = a[e] if layout == "masked" else a
-        segment = sfa[sfa_at[e] : sfa_at[e] + round_up(m, 128) * row_bytes]
-        a64 = dequantize(rows[start : start + m], blocked_to_scales(segment, m, cols))
-        b64 = dequantize(b[e], blocked_to_scales(sfb[e * b_bytes : (e + 1) * b_bytes], n, cols))
-        result = a64 @ b64.T
-        if alpha is not None:
-            result *= float(alpha[e])
-        target = c[e, :m] if layout == "masked" else c[start : start + m]
-        target[...] = _encode(result, out_dtype)
+        c[...] = _bits(np.full(c.shape, np.nan), out_dtype)
+    for e, start, result in moe_gemm_reference(layout, a, b, sfa, sfb, routing, alpha):
+        target = c[e, : len(result)] if layout == "masked" else c[start : start + len(result)]
+        target[...] = _bits(result, out_dtype)
 
 
-def _encode(values: np.ndarray, dtype: str) -> np.ndarray:
-    """float64 -> the bits of float16 or bfloat16 (round to nearest even), as uint16."""
-    if dtype == "float16":
-        return values.astype(np.float16).view(np.uint16)
-    bits = values.astype(np.float32).view(np.uint32).astype(np.uint64)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16  # RNE on the dropped 16 bits
-    nan = np.isnan(values)
-    return np.where(nan, np.uint64(0x7FC0), rounded).astype(np.uint16)
+def _bits(values: np.ndarray, dtype: str) -> np.ndarray:
+    """float64 -> float16 or bfloat16 (round to nearest even) as its uint16 bits."""
+    return encode_output(values, dtype).view(np.uint16)
 
 
 # the quantizer -------------------------------------------------------------------------
