@@ -6,7 +6,6 @@ not the numbers, which only the GPU gives."""
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from types import SimpleNamespace
 
@@ -17,44 +16,13 @@ from nvfp4_aot import loader
 from support import REPO, kernel_params_of
 
 torch = pytest.importorskip("torch")
-
-
-class _Event:
-    def __init__(self, enable_timing=False):
-        pass
-
-    def record(self, *_args):
-        pass
-
-    def elapsed_time(self, _other):
-        return 0.01
-
-    def query(self):
-        return True
-
-    def synchronize(self):
-        pass
-
-
-class _Graph:
-    def replay(self):
-        pass
-
-
-@contextlib.contextmanager
-def _capture(_graph, **_kwargs):
-    yield  # the body runs once, eagerly
+import cuda_stubs  # noqa: E402  (needs torch)
 
 
 @pytest.fixture
 def cpu_cuda(monkeypatch):
     """torch.cuda's events, graphs, sleep and streams as no-ops on CPU."""
-    for name, value in {
-        "Event": _Event, "CUDAGraph": _Graph, "graph": _capture,
-        "synchronize": lambda *_a: None, "_sleep": lambda _cycles: None,
-        "current_stream": lambda *_a: SimpleNamespace(cuda_stream=0, query=lambda: True),
-    }.items():  # fmt: skip
-        monkeypatch.setattr(torch.cuda, name, value, raising=False)
+    cuda_stubs.install(monkeypatch)
     monkeypatch.syspath_prepend(str(REPO / "bench"))
     yield
     for module in ("bench_decode", "bench_moe", "bench_common"):

@@ -5,15 +5,14 @@ timings need the GPU."""
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from types import SimpleNamespace
 
 import pytest
 
 from support import REPO
 
 torch = pytest.importorskip("torch")
+import cuda_stubs  # noqa: E402  (needs torch)
 
 
 @pytest.fixture(scope="module")
@@ -50,47 +49,10 @@ def test_floor_bytes(bench):
     assert bf16 == weights * 2 + 4 * 20 * 128
 
 
-class _Event:
-    def __init__(self, enable_timing=False):
-        pass
-
-    def record(self, *_args):
-        pass
-
-    def elapsed_time(self, _other):
-        return 0.01
-
-    def query(self):
-        return True
-
-    def synchronize(self):
-        pass
-
-
-class _Graph:
-    def replay(self):
-        pass
-
-    def reset(self):
-        pass
-
-
-@contextlib.contextmanager
-def _capture(_graph, **_kwargs):
-    yield  # the body runs once, eagerly
-
-
 def test_bench_case_plumbing_on_cpu(bench, monkeypatch):
     """bench_case end to end with torch.cuda's events, graphs, streams and sleep as
     no-ops on CPU tensors: every column filled, the table rendered."""
-    stream = SimpleNamespace(cuda_stream=0, query=lambda: True, wait_stream=lambda _s: None)
-    for name, value in {
-        "Event": _Event, "CUDAGraph": _Graph, "graph": _capture, "Stream": lambda: stream,
-        "stream": lambda _s: contextlib.nullcontext(), "synchronize": lambda *_a: None,
-        "_sleep": lambda _cycles: None, "current_stream": lambda *_a: stream,
-        "set_sync_debug_mode": lambda _mode: None,
-    }.items():  # fmt: skip
-        monkeypatch.setattr(torch.cuda, name, value, raising=False)
+    cuda_stubs.install(monkeypatch)
     monkeypatch.setattr(bench, "STEPS", 6)
     from bench_common import GpuHold  # bench's sys.path entry is gone: already imported
 
