@@ -64,6 +64,20 @@ class LaunchedPlan:
 
     _launcher: Launcher
 
+    def _launch_operands(self, operands: tuple, stream: int) -> None:
+        """Launch a whole-array plan's run (MoE, quantizer): a set of operands seen before
+        goes straight to its checked table; anything else is described and checked by the
+        plan's ``_pointers`` first (``self._tables``: a :class:`CheckedTables`)."""
+        try:
+            table = self._tables.get(operands)
+        except TypeError:  # unhashable operands (arrays): described below
+            table = None
+        if table is None:
+            pointers, producers = self._pointers(operands, stream)
+            self._launcher.launch(self._tables.table(pointers), stream, producers)
+        else:
+            self._launcher.launch(table, stream)
+
     def synchronize(self) -> None:
         """Wait until every run of this plan has completed."""
         self._launcher.synchronize()

@@ -172,17 +172,7 @@ class MoeGemmPlan(LaunchedPlan):
             made with ``alpha=True``. Read on the GPU (a graph replay sees new values).
         """
         handle = stream if type(stream) is int and stream >= 0 else stream_handle(stream)
-        key = self._operands(a, b, c, sfa, sfb, routing, alpha)
-        try:
-            table = self._tables.get(key)
-        except TypeError:  # unhashable operands (arrays): described below
-            table = None
-        if table is None:
-            pointers, producers = self._pointers(key, handle)
-            table = self._tables.table(pointers)
-            self._launcher.launch(table, handle, producers)
-        else:
-            self._launcher.launch(table, handle)
+        self._launch_operands(self._operands(a, b, c, sfa, sfb, routing, alpha), handle)
 
     def set_graph_operands(self, a, b, c, sfa, sfb, routing, alpha=None) -> None:
         """Point the next replay of a CUDA graph that captured :meth:`run` at new operands

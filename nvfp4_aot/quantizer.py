@@ -122,17 +122,7 @@ class QuantizePlan(LaunchedPlan):
         stream : stream object or handle, optional
         """
         handle = stream if type(stream) is int and stream >= 0 else stream_handle(stream)
-        key = (x, out, scales, global_scale, routing, index)
-        try:
-            table = self._tables.get(key)
-        except TypeError:  # unhashable operands (arrays): described below
-            table = None
-        if table is None:
-            pointers, producers = self._pointers(key, handle)
-            table = self._tables.table(pointers)
-            self._launcher.launch(table, handle, producers)
-        else:
-            self._launcher.launch(table, handle)
+        self._launch_operands((x, out, scales, global_scale, routing, index), handle)
 
     def set_graph_operands(self, x, out, scales, global_scale, routing=None, index=None) -> None:
         """Point the next replay of a CUDA graph that captured :meth:`run` at new operands
