@@ -290,7 +290,20 @@ device_option = click.option(
 seed_option = click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed of the random inputs."
 )
-epilogue_options = [
+
+
+def stacked_options(*options):
+    """One decorator applying ``options`` so that they show in the given order."""
+
+    def decorate(func):
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return decorate
+
+
+epilogue_option = stacked_options(
     click.option(
         "--out-dtype",
         type=click.Choice(OUT_DTYPES),
@@ -304,13 +317,7 @@ epilogue_options = [
         help="Scale each group's (expert's) product by an FP32 alpha read on the GPU: "
         "random values for verify, ones for bench.",
     ),
-]
-
-
-def epilogue_option(func):
-    for option in reversed(epilogue_options):
-        func = option(func)
-    return func
+)
 
 
 kernel_option = click.option(
@@ -324,94 +331,82 @@ kernel_option = click.option(
 
 
 def shape_options(default_section: str):
-    def decorate(func):
-        for option in reversed(
-            [
-                click.option(
-                    "--shapes",
-                    "shapes_file",
-                    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                    help="JSON shapes file (GPU MODE style; see --section).",
-                ),
-                click.option(
-                    "--section",
-                    type=click.Choice(["tests", "benchmarks"]),
-                    default=default_section,
-                    show_default=True,
-                    help="Which list of the shapes file to use.",
-                ),
-                click.option(
-                    "--groups-json",
-                    multiple=True,
-                    help='One case as JSON: [[m,n,k], ...] or {"m":[..],"n":[..],"k":[..]}.',
-                ),
-                click.option(
-                    "--shape",
-                    "shapes",
-                    multiple=True,
-                    type=SHAPE,
-                    help="M,N,K of one group; repeat for more groups (one case).",
-                ),
-            ]
-        ):
-            func = option(func)
-        return func
-
-    return decorate
+    return stacked_options(
+        click.option(
+            "--shapes",
+            "shapes_file",
+            type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            help="JSON shapes file (GPU MODE style; see --section).",
+        ),
+        click.option(
+            "--section",
+            type=click.Choice(["tests", "benchmarks"]),
+            default=default_section,
+            show_default=True,
+            help="Which list of the shapes file to use.",
+        ),
+        click.option(
+            "--groups-json",
+            multiple=True,
+            help='One case as JSON: [[m,n,k], ...] or {"m":[..],"n":[..],"k":[..]}.',
+        ),
+        click.option(
+            "--shape",
+            "shapes",
+            multiple=True,
+            type=SHAPE,
+            help="M,N,K of one group; repeat for more groups (one case).",
+        ),
+    )
 
 
-def moe_options(func):
-    """--moe, --layout, --tokens, --top-k, --routing, --routings (all unset by default, so
-    that a MoE option without --moe is refused)."""
-    for option in reversed(
-        [
-            click.option(
-                "--moe",
-                "moe",
-                multiple=True,
-                type=MOE,
-                help="A MoE problem: E experts of N x K weights, routed on the GPU "
-                "(repeatable; replaces the shape options).",
-            ),
-            click.option(
-                "--layout",
-                "layouts",
-                multiple=True,
-                type=click.Choice(LAYOUTS),
-                help="MoE layout (repeatable; default contiguous).",
-            ),
-            click.option(
-                "--tokens",
-                multiple=True,
-                type=click.IntRange(min=1),
-                help="MoE tokens per step (repeatable; default 64 for verify, 256 for bench). "
-                "Contiguous: T * top-k rows; masked: max_m = T rows per expert.",
-            ),
-            click.option(
-                "--top-k",
-                "top_k",
-                type=click.IntRange(min=1),
-                default=None,
-                help="Experts each token is routed to (default 1).",
-            ),
-            click.option(
-                "--routing",
-                "kinds",
-                multiple=True,
-                type=click.Choice(ROUTING_KINDS),
-                help="Routing distribution (repeatable; default all kinds, in turn).",
-            ),
-            click.option(
-                "--routings",
-                type=click.IntRange(min=1),
-                default=None,
-                help="Random routings per MoE case, the kinds in turn (default: two of each "
-                "kind for verify, one for bench).",
-            ),
-        ]
-    ):
-        func = option(func)
-    return func
+# --moe, --layout, --tokens, --top-k, --routing, --routings (all unset by default, so that
+# a MoE option without --moe is refused)
+moe_options = stacked_options(
+    click.option(
+        "--moe",
+        "moe",
+        multiple=True,
+        type=MOE,
+        help="A MoE problem: E experts of N x K weights, routed on the GPU "
+        "(repeatable; replaces the shape options).",
+    ),
+    click.option(
+        "--layout",
+        "layouts",
+        multiple=True,
+        type=click.Choice(LAYOUTS),
+        help="MoE layout (repeatable; default contiguous).",
+    ),
+    click.option(
+        "--tokens",
+        multiple=True,
+        type=click.IntRange(min=1),
+        help="MoE tokens per step (repeatable; default 64 for verify, 256 for bench). "
+        "Contiguous: T * top-k rows; masked: max_m = T rows per expert.",
+    ),
+    click.option(
+        "--top-k",
+        "top_k",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Experts each token is routed to (default 1).",
+    ),
+    click.option(
+        "--routing",
+        "kinds",
+        multiple=True,
+        type=click.Choice(ROUTING_KINDS),
+        help="Routing distribution (repeatable; default all kinds, in turn).",
+    ),
+    click.option(
+        "--routings",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Random routings per MoE case, the kinds in turn (default: two of each "
+        "kind for verify, one for bench).",
+    ),
+)
 
 
 # commands ------------------------------------------------------------------------------

@@ -152,12 +152,7 @@ class OperandIntake:
 
     def check_alpha_given(self, alpha) -> None:
         """Alpha given exactly when the plan was made with it."""
-        if (alpha is None) == self.alpha:
-            raise InvalidProblemError(
-                "alpha is missing: the plan was made with alpha=True (one float32 per group)"
-                if self.alpha
-                else "alpha was given but the plan was made without it; create it with alpha=True"
-            )
+        validation.check_alpha_given(alpha, self.alpha, "group")
 
     def alpha_pointer(self, obj, stream: int, producers) -> int:
         """The address of a float32 alpha array (one value per group), checked."""

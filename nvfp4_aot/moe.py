@@ -183,16 +183,9 @@ class MoeGemmPlan(LaunchedPlan):
 
     def _operands(self, a, b, c, sfa, sfb, routing, alpha) -> tuple:
         """The operands in run-word order; alpha given exactly when the plan has it."""
+        validation.check_alpha_given(alpha, self.alpha, "expert")
         if self.alpha:
-            if alpha is None:
-                raise InvalidProblemError(
-                    "alpha is missing: the plan was made with alpha=True (one float32 per expert)"
-                )
             return (routing, a, b, c, sfa, sfb, alpha)
-        if alpha is not None:
-            raise InvalidProblemError(
-                "alpha was given but the plan was made without it; create it with alpha=True"
-            )
         return (routing, a, b, c, sfa, sfb)
 
     def _pointers(self, operands, stream: int) -> tuple[tuple[int, ...], set[int]]:

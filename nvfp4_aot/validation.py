@@ -214,3 +214,14 @@ def check_outputs_disjoint(pointers, sizes, count: int) -> None:
         f"group {g}: c overlaps group {h}'s {OPERAND_FIELDS[fh]} (0x{pointers[j]:x} + "
         f"{sizes[j]} bytes reaches past 0x{start:x}); {advice}"
     )
+
+
+def check_alpha_given(alpha, planned: bool, per: str) -> None:
+    """``alpha`` given exactly when the plan was made with ``alpha=True`` (one float32
+    ``per`` group or expert)."""
+    if (alpha is None) == planned:
+        raise InvalidProblemError(
+            f"alpha is missing: the plan was made with alpha=True (one float32 per {per})"
+            if planned
+            else "alpha was given but the plan was made without it; create it with alpha=True"
+        )
