@@ -31,8 +31,10 @@ number of launches.
 CUDA graphs. A run inside stream capture takes a capture slot of its own (and, through
 the layout's kernel inputs, the graphs' workspace and tables), so replays never share
 them with eager runs, and two captured runs of one plan (two layers of one shape in one
-graph, say) keep their own operands; the captured copy reads the slot's pinned staging
-at each replay, which :meth:`Launcher.stage_graph` rewrites between replays. Captured
+graph, say) keep their own operands. The slot's table is copied to the device at capture
+time, on a private stream outside the capture, so the graph holds only the launches (a
+copy node from pinned memory cost microseconds per replay); :meth:`Launcher.stage_graph`
+rewrites it between replays the same way. Captured
 runs of one plan share the graphs' workspace, so like eager runs they must run one after
 another (one stream, or ordered by events). When every capture slot is taken, a further
 capture is refused with an error until :meth:`Launcher.release_capture_slots`.
@@ -274,12 +276,12 @@ class Launcher:
                 self._last_stream = stream
 
     def stage_graph(self, table: bytes) -> None:
-        """Rewrite the pinned staging of the most recently captured run, which its copy
-        reads at each replay (call it while no replay is pending)."""
+        """Rewrite the table of the most recently captured run on the device, which its
+        launches read at each replay (call it while no replay is pending)."""
         with self._lock:
             if self.closed:
                 raise Nvfp4Error("the plan is closed")
-            self._staging[self._last_capture][:] = table
+            self._write_capture_slot(self._last_capture, table)
 
     def release_capture_slots(self) -> None:
         """Make every capture slot free again: call it only once no graph holding a
@@ -302,9 +304,22 @@ class Launcher:
         slot = self.graph_slot + taken
         self._captures = taken + 1
         self._last_capture = slot
-        self._stage(slot, table, stream)
+        self._write_capture_slot(slot, table)
         for spec, params in zip(self._launch_specs, self._params[slot]):
             calls.launch(spec, stream, params)
+
+    def _write_capture_slot(self, slot: int, table: bytes) -> None:
+        """Put a capture slot's table on the device now, outside any capture: on a private
+        non-blocking stream that no capture involves, then wait for that stream alone."""
+        res = self._resources
+        if res.side_stream is None:
+            res.side_stream = driver.stream_create()
+        self._staging[slot][:] = table
+        driver.memcpy_htod_async(
+            self.slot_address(slot), self._staging_addresses[slot], self.layout.slot_bytes,
+            res.side_stream,
+        )  # fmt: skip
+        driver.stream_synchronize(res.side_stream)
 
     def _stage(self, slot: int, table: bytes, stream: int, copy: bool = True) -> None:
         """Write ``table`` into the slot's pinned staging and (unless the slot's graph
@@ -425,6 +440,7 @@ class _Resources:
         self.keep = []  # parameter buffers and their pointer arrays
         self.graphs = []  # per ring slot, when runs launch through graphs
         self.graph_execs = []
+        self.side_stream = None  # writes capture slots' tables (made at the first capture)
 
     def release(self) -> None:
         if self.device is not None:
@@ -439,6 +455,9 @@ class _Resources:
         for graph in self.graphs:
             driver.graph_destroy(graph)
         self.graphs, self.graph_execs = [], []
+        if self.side_stream is not None:
+            driver.stream_destroy(self.side_stream)
+            self.side_stream = None
         for event in self.events + ([self.sync_event] if self.sync_event is not None else []):
             driver.event_destroy(event)
         self.events, self.sync_event = [], None

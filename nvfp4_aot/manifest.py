@@ -221,6 +221,7 @@ class Variant:
     role: str = ROLE_GEMM  # what the kernel does: a key of ROLE_INPUTS
     out_dtype: str = "float16"  # grouped GEMMs: the C dtype the epilogue writes
     alpha: bool = False  # grouped GEMMs: C = alpha[g] * A_g B_g^T, alpha per group
+    blocks_per_sm: int = 1  # CTAs per SM of the persistent grid (the family's, compiled in)
 
     def __post_init__(self):
         if self.role not in ROLE_INPUTS:

@@ -105,6 +105,10 @@ class MoeGemmPlan(LaunchedPlan):
     alpha : bool
         Whether every run passes a per-expert FP32 ``alpha`` (E values, read on the
         GPU): C = alpha[e] * A_e @ B_e^T.
+    rows_per_expert : float, optional
+        The rows you expect an expert to get per run (decode: a few tokens each); it
+        picks the kernel family (:mod:`nvfp4_aot.selection`: 16-row tiles when at most
+        16). By default capacity / experts (contiguous) or capacity (masked: max_m).
     device, artifacts, ring_slots, kernel, capture_slots
         As for :class:`nvfp4_aot.GroupedGemmPlan`.
     """
@@ -113,6 +117,7 @@ class MoeGemmPlan(LaunchedPlan):
         self, experts: int, n: int, k: int, *, layout: str = "contiguous", capacity: int,
         device: int = 0, artifacts=None, ring_slots: int = 8, kernel: str | None = None,
         capture_slots: int = 8, out_dtype="float16", alpha: bool = False,
+        rows_per_expert: float | None = None,
     ):  # fmt: skip
         if ring_slots < 1:
             raise ValueError(f"ring_slots must be >= 1, got {ring_slots}")
@@ -130,12 +135,24 @@ class MoeGemmPlan(LaunchedPlan):
             manifest, capability, self.device, epilogue=Epilogue(self.out_dtype, self.alpha)
         )
         routing = loader.variants_for(manifest, capability, self.device, role=ROLE_ROUTING)
-        #: the GEMM kernel family this plan runs (its choice depends only on n and k here)
-        self.family = selection.choose_family(gemms, [(1, n, k)], kernel)
+        if rows_per_expert is None:
+            rows_per_expert = capacity / experts if layout == "contiguous" else capacity
+        elif (
+            isinstance(rows_per_expert, bool)
+            or not isinstance(rows_per_expert, (int, float))
+            or not rows_per_expert >= 0
+        ):
+            raise InvalidProblemError(
+                f"rows_per_expert must be a number >= 0, got {rows_per_expert!r}"
+            )
+        #: the GEMM kernel family this plan runs (by n, k and the rows per expert expected)
+        self.family = selection.choose_family(
+            gemms, [(rows_per_expert, n, k)], kernel, rows_per_group=rows_per_expert
+        )
         by_groups = {v.num_groups: v for v in gemms if v.family == self.family}
         #: where the launches, words, tables and workspaces lie (:mod:`nvfp4_aot.moe_layout`)
         self.layout = MoeLayout.build(
-            experts, n, k, layout, capacity, by_groups, routing[-1],
+            experts, n, k, layout, capacity, by_groups, {v.num_groups: v for v in routing},
             driver.sm_count(self.device), ring_slots, capture_slots,
         )  # fmt: skip
         self._required = self.layout.operand_bytes()

@@ -142,19 +142,25 @@ class MoeLayout(SlotRing):
     @classmethod
     def build(
         cls, experts: int, n: int, k: int, layout: str, capacity: int,
-        gemm_variants: dict[int, Variant], routing_variant: Variant, sm_count: int,
-        ring_slots: int, capture_slots: int = 8,
+        gemm_variants: dict[int, Variant], routing_variants: dict[int, Variant],
+        sm_count: int, ring_slots: int, capture_slots: int = 8,
     ) -> MoeLayout:  # fmt: skip
-        """Lay out a checked MoE problem over one GEMM family's variants (by group count)."""
+        """Lay out a checked MoE problem over one GEMM family's variants and the routing
+        kernel's (both by group count): the routing variant is the smallest that fills
+        the largest chunk."""
         check_moe_problem(experts, n, k, layout, capacity)
+        split = split_groups(experts, list(gemm_variants))
+        largest = max(g for _start, _stop, g in split)
+        fitting = [g for g in routing_variants if g >= largest]
+        if not fitting:
+            raise InvalidProblemError(
+                f"the routing kernel fills at most {max(routing_variants)} groups per launch, "
+                f"the GEMM variant has {largest}"
+            )
+        routing_variant = routing_variants[min(fitting)]
         chunks, variants, offset, workspace = [], [], 0, 0
-        for start, stop, g in split_groups(experts, list(gemm_variants)):
+        for start, stop, g in split:
             variant = gemm_variants[g]
-            if g > routing_variant.num_groups:
-                raise InvalidProblemError(
-                    f"the routing kernel fills at most {routing_variant.num_groups} groups per "
-                    f"launch, the GEMM variant has {g}"
-                )
             tile_m, tile_n, _tile_k = variant.tile_mnk
             count = stop - start
             if layout == "contiguous":  # each non-empty expert adds at most one partial tile
@@ -164,7 +170,7 @@ class MoeLayout(SlotRing):
                 row_tiles = count * ceil_div(capacity, tile_m)
                 rows = count * capacity
             bound = min(row_tiles * ceil_div(n, tile_n), validation.INT32_MAX)
-            blocks = persistent_blocks(bound, sm_count)
+            blocks = persistent_blocks(bound, sm_count, variant.blocks_per_sm)
             grid = launch_grid(variant, {"persistent_blocks": blocks, "total_tiles": bound})
             sizes_offset = offset
             abc_offset = round_up(sizes_offset + 16 * g, ALIGN)

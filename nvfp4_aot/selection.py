@@ -7,6 +7,13 @@ loads them by TMA. The second saves decode work in proportion to how many N tile
 reuse each activation row, and costs its first phase, a grid barrier and the
 scratch traffic; it pays when the groups are wide and K is long. The thresholds
 come from H200 measurements (``docs/hopper_kernel_notes.md``, ``bench/`` logs).
+
+A third, ``..._decode``, is the per-CTA kernel with 16-row activation tiles: where
+groups hold a few rows (MoE decode: a few tokens per expert) it skips the MMA and
+activation-decode work of 128-row tiles that are mostly empty, and runs two CTAs per
+SM; with more rows than its tile it decodes each weight tile once per 16 rows. A plan
+takes the family with the smallest activation tile that holds the rows it expects per
+group (``docs/decode.md``).
 """
 
 from __future__ import annotations
@@ -44,10 +51,24 @@ def activations_once_pays(problem_sizes, tile_n: int) -> bool:
     return n_tiles >= MIN_N_TILES_PER_GROUP and k_mean >= MIN_K
 
 
-def choose_family(variants: list[Variant], problem_sizes, requested: str | None = None) -> str:
+def expected_rows(problem_sizes) -> float:
+    """Rows per group of host-known sizes, each group weighted by its weight elements
+    n x k (what the kernels stream per row tile)."""
+    weight = sum(n * k for _m, n, k, *_ in problem_sizes)
+    return sum(m * n * k for m, n, k, *_ in problem_sizes) / weight if weight else 0.0
+
+
+def choose_family(
+    variants: list[Variant],
+    problem_sizes,
+    requested: str | None = None,
+    rows_per_group: float | None = None,
+) -> str:
     """The family a plan over ``problem_sizes`` uses among ``variants`` (one device's).
 
     ``requested`` forces a family; it must be one of those baked for the device.
+    ``rows_per_group`` is the rows each group is expected to hold when the sizes are not
+    known on the host (a MoE plan's routing); by default :func:`expected_rows`.
     """
     families: dict[str, list[Variant]] = {}
     for v in variants:
@@ -59,7 +80,16 @@ def choose_family(variants: list[Variant], problem_sizes, requested: str | None 
                 f"{', '.join(sorted(families))}"
             )
         return requested
+    rows = expected_rows(problem_sizes) if rows_per_group is None else rows_per_group
+    tile_m = {f: vs[0].tile_mnk[0] for f, vs in families.items()}
     plain = [f for f, vs in families.items() if not decodes_activations_once(vs)]
+    if plain:
+        # a narrower activation tile than the widest one, if the expected rows fit it
+        widest = max(tile_m[f] for f in plain)
+        narrow = sorted((tile_m[f], f) for f in plain if rows <= tile_m[f] < widest)
+        if narrow:
+            return narrow[0][1]
+        plain = [f for f in plain if tile_m[f] == widest]
     once = [f for f, vs in families.items() if decodes_activations_once(vs)]
     if once:
         first = sorted(once)[0]

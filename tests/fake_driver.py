@@ -248,6 +248,12 @@ class FakeDriver:
         return (SUCCESS, 1 if capturing else 0)
 
     # stream capture and graphs: copies and launches on a capturing stream are recorded
+    def cuStreamSynchronize(self, stream):
+        self._record("cuStreamSynchronize", int(stream))
+        if int(stream) in self._capturing:  # as the driver: no waiting on a capturing stream
+            return (real.CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,)
+        return (SUCCESS,)
+
     def cuStreamCreate(self, flags):
         self._record("cuStreamCreate", flags)
         return (SUCCESS, 0x5000 + self._handle())

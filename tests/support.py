@@ -98,7 +98,7 @@ ALPHA_PARAM = (832, 8, 8, (("alpha_pointers", 0, 8),), ())  # a variant with alp
 
 def synthetic_variant(
     arch: str, num_groups: int, cubin: bytes, tile=(128, 128, 256), family=None,
-    workspace=None, cooperative=0, epilogue=ORIGINAL_EPILOGUE,
+    workspace=None, cooperative=0, epilogue=ORIGINAL_EPILOGUE, blocks_per_sm=1,
 ) -> Variant:  # fmt: skip
     rng = random.Random(f"{arch}{num_groups}")
     params = []
@@ -145,6 +145,7 @@ def synthetic_variant(
         workspace=workspace or Workspace(),
         out_dtype=epilogue.out_dtype,
         alpha=epilogue.alpha,
+        blocks_per_sm=blocks_per_sm,
     )
 
 
@@ -260,3 +261,6 @@ A16_WORKSPACE = Workspace(
     bytes_per_block=512, activation_bytes_per_element=2, activation_k_multiple=128, zero_once=True
 )
 A16_EXTRA = {"family": A16, "workspace": A16_WORKSPACE, "cooperative": 1}
+# ... and the per-CTA kernel with 16-row activation tiles, two CTAs per SM
+DECODE = "sm90_nvfp4_grouped_gemm_decode"
+DECODE_EXTRA = {"family": DECODE, "tile": (16, 128, 128), "blocks_per_sm": 2}

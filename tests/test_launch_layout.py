@@ -37,6 +37,9 @@ def test_cta_prefix_and_persistent_blocks_by_hand():
     assert persistent_blocks(12, 132) == 12
     assert persistent_blocks(2048, 132) == 132
     assert persistent_blocks(0, 132) == 1
+    # a family that runs two CTAs per SM: twice the SMs, still never more than the tiles
+    assert persistent_blocks(2048, 132, 2) == 264
+    assert persistent_blocks(200, 132, 2) == 200
 
 
 def _variants(manifest, family="sm100_nvfp4_grouped_gemm", arch="sm_100a"):

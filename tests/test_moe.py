@@ -37,7 +37,9 @@ SM90 = "sm90_nvfp4_grouped_gemm"
 
 def _layout(experts, layout="contiguous", capacity=1024, n=1536, k=2048, family=SM90):
     gemms = {v.num_groups: v for v in MANIFEST.variants if v.family == family}
-    (routing,) = [v for v in MANIFEST.variants if v.role == ROLE_ROUTING and v.arch == "sm_90a"]
+    routing = {
+        v.num_groups: v for v in MANIFEST.variants if v.role == ROLE_ROUTING and v.arch == "sm_90a"
+    }
     return MoeLayout.build(experts, n, k, layout, capacity, gemms, routing, 132, 4)
 
 
@@ -53,14 +55,30 @@ def test_scale_offsets_and_rows_by_hand():
 
 @pytest.mark.parametrize(
     "experts, chunks",
-    [(1, [(0, 1, 8)]), (8, [(0, 8, 8)]), (32, [(0, 32, 120)]),
-     (128, [(0, 120, 120), (120, 8, 8)]), (256, [(0, 120, 120), (120, 120, 120), (240, 16, 120)])],
+    [(1, [(0, 1, 8)]), (8, [(0, 8, 8)]), (32, [(0, 32, 120)]), (128, [(0, 128, 256)]),
+     (256, [(0, 256, 256)]), (300, [(0, 256, 256), (256, 44, 120)]),
+     (600, [(0, 256, 256), (256, 256, 256), (512, 88, 120)])],
 )  # fmt: skip
 def test_experts_split_into_chunks_of_baked_group_counts(experts, chunks):
     layout = _layout(experts)
     assert [(c.first, c.experts, c.num_groups) for c in layout.chunks] == chunks
     assert layout.routing.num_chunks == len(chunks) and layout.routing.grid == (len(chunks), 1, 1)
     assert [v.role for v in layout.variants] == [ROLE_ROUTING] + ["grouped_gemm"] * len(chunks)
+    # the routing variant: the smallest that fills the largest chunk, one thread per group+
+    routing = layout.variants[0]
+    largest = max(g for *_, g in chunks)
+    assert routing.num_groups == (120 if largest <= 120 else 256)
+    assert routing.block[0] > routing.num_groups and routing.block[0] % 32 == 0
+
+
+def test_a_chunk_no_routing_variant_fills_is_refused():
+    gemms = {v.num_groups: v for v in MANIFEST.variants if v.family == SM90}
+    routing = {
+        v.num_groups: v for v in MANIFEST.variants if v.role == ROLE_ROUTING and v.arch == "sm_90a"
+    }
+    del routing[256]
+    with pytest.raises(InvalidProblemError, match="fills at most 120 groups.*has 256"):
+        MoeLayout.build(128, 1536, 2048, "contiguous", 1024, gemms, routing, 132, 4)
 
 
 def test_grid_is_fixed_by_the_capacity_bound():
@@ -166,10 +184,14 @@ def test_run_writes_one_small_table_and_launches_routing_then_gemms(fake):
 
 
 def test_all_experts_fit_one_family_choice_by_n_and_k(fake):
-    with MoeGemmPlan(32, 4096, 7168, capacity=256) as wide:
+    # 64 rows per expert: past the decode tiles, the 128-row families' rule by n and k
+    with MoeGemmPlan(32, 4096, 7168, capacity=2048) as wide:
         assert wide.family == "sm90_nvfp4_grouped_gemm_a16"
-    with MoeGemmPlan(32, 1536, 2048, capacity=256) as narrow:
+    with MoeGemmPlan(32, 1536, 2048, capacity=2048) as narrow:
         assert narrow.family == SM90
+    # 8 rows per expert: 16-row tiles (tests/test_selection.py has the rule's edges)
+    with MoeGemmPlan(32, 4096, 7168, capacity=256) as decode:
+        assert decode.family == "sm90_nvfp4_grouped_gemm_decode"
     with MoeGemmPlan(32, 1536, 2048, capacity=256, kernel="sm90_nvfp4_grouped_gemm_a16") as forced:
         assert forced.family == "sm90_nvfp4_grouped_gemm_a16"
 

@@ -27,7 +27,11 @@ from nvfp4_aot.reference import TOLERANCE
 
 pytestmark = pytest.mark.gpu
 
-FAMILIES = ("sm90_nvfp4_grouped_gemm", "sm90_nvfp4_grouped_gemm_a16")
+FAMILIES = (
+    "sm90_nvfp4_grouped_gemm",
+    "sm90_nvfp4_grouped_gemm_a16",
+    "sm90_nvfp4_grouped_gemm_decode",
+)
 
 
 def assert_right(

@@ -53,8 +53,9 @@ def test_steady_state_calls(make_fake, artifacts):
 
 
 def test_graph_capture_uses_its_own_slot_and_workspace(make_fake, artifacts):
-    """Under stream capture: graph slot + graph workspace, no ring events; then
-    set_graph_pointers rewrites only the pinned staging the captured copy reads."""
+    """Under stream capture: graph slot + graph workspace, no ring events, the slot's table
+    written at capture time on a private stream (the graph holds only the launch); then
+    set_graph_pointers rewrites that table on the device the same way."""
     fake = make_fake()
     sizes = [(128, 256, 512)] * 2
     with plan.GroupedGemmPlan(sizes, artifacts=artifacts, ring_slots=2) as p:
@@ -70,9 +71,11 @@ def test_graph_capture_uses_its_own_slot_and_workspace(make_fake, artifacts):
         start = len(fake.calls)
         p.run(*ops, stream=9)
         assert [n for n in fake.names()[start:] if n != "cuCtxSetCurrent"] == [
-            "cuMemcpyHtoDAsync", "cuLaunchKernelEx"]  # fmt: skip
-        dst, _data, stream = fake.copies[-1]
-        assert (dst, stream) == (graph["abc_pointers"], 9)
+            "cuStreamCreate", "cuMemcpyHtoDAsync", "cuStreamSynchronize", "cuLaunchKernelEx"
+        ]  # fmt: skip
+        dst, _data, side = fake.copies[-1]
+        assert dst == graph["abc_pointers"] and side != 9  # not recorded into the graph
+        assert fake.calls[-2] == ("cuStreamSynchronize", (side,))
         launched = b"".join(fake.launches[-1].params)
         assert graph["tensormap_workspace"].to_bytes(8, "little") in launched
         assert eager["tensormap_workspace"].to_bytes(8, "little") not in launched
@@ -80,9 +83,11 @@ def test_graph_capture_uses_its_own_slot_and_workspace(make_fake, artifacts):
         other = operands_for(sizes, base=0x20_0000_0000)
         start = len(fake.calls)
         p.set_graph_pointers(*other)
-        assert fake.names()[start:] == []  # host staging only
-        words = p._launcher._staging[p.graph_slot].cast("Q")
-        assert other[0][1].__cuda_array_interface__["data"][0] in words.tolist()
+        assert fake.names()[start:] == ["cuMemcpyHtoDAsync", "cuStreamSynchronize"]
+        dst, data, stream = fake.copies[-1]
+        assert (dst, stream) == (graph["abc_pointers"], side)
+        words = memoryview(data).cast("Q").tolist()
+        assert other[0][1].__cuda_array_interface__["data"][0] in words
         with pytest.raises(InvalidProblemError, match="a has 1 operands"):
             p.set_graph_pointers(other[0][:1], *other[1:])
 

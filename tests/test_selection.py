@@ -7,12 +7,19 @@ import json
 
 import pytest
 
-from nvfp4_aot import plan
+from fake_driver import FakeDriver, installed
+from nvfp4_aot import loader, plan
 from nvfp4_aot.errors import InvalidProblemError
+from nvfp4_aot.selection import expected_rows
 from support import (
     A16,
+    A16_EXTRA,
+    DECODE,
+    DECODE_EXTRA,
     FAMILY,
     REPO,
+    kernel_params_of,
+    write_synthetic,
 )
 
 
@@ -48,3 +55,85 @@ def test_plan_picks_the_family_per_problem(hopper_fake, hopper_artifacts):
         plan.GroupedGemmPlan(wide, artifacts=hopper_artifacts, kernel="nope")
     with pytest.raises(InvalidProblemError, match="sm100_nvfp4_grouped_gemm' is not baked"):
         plan.GroupedGemmPlan(wide, artifacts=hopper_artifacts, kernel="sm100_nvfp4_grouped_gemm")
+
+
+# ---------------------------------------------------------------------------------------
+# the decode family (16-row activation tiles): chosen by the rows a group is expected to hold
+
+
+@pytest.fixture(scope="module")
+def decode_artifacts(tmp_path_factory):
+    """sm_90a with all three families, as the committed artifacts have them."""
+    directory = tmp_path_factory.mktemp("decode")
+    combos = [("sm_90a", g, extra) for extra in ({}, A16_EXTRA, DECODE_EXTRA) for g in (8, 120)]
+    write_synthetic(directory, combos)
+    return directory
+
+
+@pytest.fixture
+def decode_fake(decode_artifacts):
+    manifest = loader.load_manifest(decode_artifacts)
+    with installed(FakeDriver(capability=(9, 0), kernel_params=kernel_params_of(manifest))) as fake:
+        yield fake
+
+
+def test_expected_rows_weights_groups_by_their_weights():
+    assert expected_rows([(16, 4096, 7168)] * 3) == 16
+    # a narrow group counts for little beside a wide one
+    assert expected_rows([(100, 128, 128), (4, 4096, 4096)]) == pytest.approx(
+        (100 * 128 * 128 + 4 * 4096 * 4096) / (128 * 128 + 4096 * 4096)
+    )
+    assert expected_rows([]) == 0
+
+
+def test_grouped_plan_takes_decode_tiles_for_few_rows(decode_fake, decode_artifacts):
+    cases = [
+        ([(16, 4096, 7168)] * 8, DECODE),  # 16 rows fit one 16-row tile
+        ([(1, 1536, 2048), (7, 1536, 2048), (0, 1536, 2048)], DECODE),
+        ([(17, 4096, 7168)] * 8, A16),  # past 16 rows: the 128-row families' rule
+        ([(64, 2048, 768)] * 8, FAMILY["sm_90a"]),
+    ]
+    for sizes, family in cases:
+        with plan.GroupedGemmPlan(sizes, artifacts=decode_artifacts) as p:
+            assert p.family == family, sizes
+            tile_m = 16 if family == DECODE else 128
+            tiles = sum(-(-m // tile_m) * -(-n // 128) for m, n, _k in sizes)
+            per_sm = 2 if family == DECODE else 1
+            assert p.layout.launches[0].persistent_blocks == min(tiles, 132 * per_sm)
+    with plan.GroupedGemmPlan(
+        [(1, 1536, 2048)], artifacts=decode_artifacts, kernel=FAMILY["sm_90a"]
+    ) as p:
+        assert p.family == FAMILY["sm_90a"]  # a forced family wins
+
+
+@pytest.fixture
+def committed_fake():
+    """The committed artifacts (every family and the routing kernel) on a fake H200."""
+    manifest = loader.load_manifest()
+    with installed(FakeDriver(capability=(9, 0), kernel_params=kernel_params_of(manifest))) as fake:
+        yield fake
+
+
+def test_moe_plan_takes_decode_tiles_by_expected_rows(committed_fake):
+    from nvfp4_aot.moe import MoeGemmPlan
+
+    def family(**kwargs):
+        with MoeGemmPlan(**kwargs) as p:
+            if p.family == DECODE:  # the grid is two CTAs per SM, the bound permitting
+                assert all(c.persistent_blocks == min(c.tiles_bound, 264) for c in p.layout.chunks)
+            return p.family
+
+    decode_step = dict(experts=128, n=1536, k=2048)  # 8 tokens x top-8: 64 rows, 0.5 each
+    assert family(**decode_step, capacity=64) == DECODE
+    assert family(**decode_step, capacity=128 * 16) == DECODE  # 16 per expert
+    assert family(**decode_step, capacity=128 * 17) == FAMILY["sm_90a"]
+    # the caller's hint overrides capacity / experts
+    assert family(**decode_step, capacity=16384, rows_per_expert=4) == DECODE
+    assert family(**decode_step, capacity=64, rows_per_expert=100) == FAMILY["sm_90a"]
+    # masked: max_m is the estimate
+    assert family(**decode_step, capacity=16, layout="masked") == DECODE
+    assert family(**decode_step, capacity=64, layout="masked") == FAMILY["sm_90a"]
+    assert family(**decode_step, capacity=64, kernel=A16) == A16
+    for bad in (-1, "4", True, float("nan")):
+        with pytest.raises(InvalidProblemError, match="rows_per_expert must be a number"):
+            MoeGemmPlan(**decode_step, capacity=64, rows_per_expert=bad)

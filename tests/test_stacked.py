@@ -106,7 +106,7 @@ def test_run_stacked_checks_rows_alignment_overlap_and_device(make_fake, artifac
 
 
 def test_stacked_graph_capture_and_set_graph_stacked(make_fake, artifacts):
-    """Captured like run(); set_graph_stacked rewrites only the graph slot's staging."""
+    """Captured like run(); set_graph_stacked rewrites the graph slot's table on the device."""
     fake = make_fake()
     with plan.GroupedGemmPlan(SIZES, artifacts=artifacts) as p:
         fake.capturing_streams = {9}
@@ -116,8 +116,9 @@ def test_stacked_graph_capture_and_set_graph_stacked(make_fake, artifacts):
         start = len(fake.calls)
         other = [BASE + (8 << 32) + (f << 32) for f in range(5)]
         p.set_graph_stacked(*other)
-        assert fake.names()[start:] == []  # host staging only
-        words = p._launcher._staging[p.graph_slot].cast("Q").tolist()
+        assert fake.names()[start:] == ["cuMemcpyHtoDAsync", "cuStreamSynchronize"]
+        assert fake.copies[-1][0] == graph["abc_pointers"]
+        words = memoryview(fake.copies[-1][1]).cast("Q").tolist()
         assert other[2] + p.stacked_offsets["c"][2] in words
         with pytest.raises(InvalidProblemError, match=r"stacked a must be a 32-byte aligned"):
             p.set_graph_stacked(other[0] + 8, *other[1:])

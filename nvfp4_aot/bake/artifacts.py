@@ -141,6 +141,7 @@ def describe_variant(compiled: CompiledVariant, workdir: Path, seed: int = 0) ->
         cubin=f"{compiled.name}.cubin",
         workspace=family.workspace,
         role=family.role,
+        blocks_per_sm=family.blocks_per_sm,
         out_dtype=epilogue.out_dtype,
         alpha=epilogue.alpha,
     )

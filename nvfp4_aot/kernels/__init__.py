@@ -24,13 +24,32 @@ class KernelFamily:
     groups: tuple[int, ...] | None = None  # group counts to bake; None: the build's list
     # the epilogues each (arch, group count) is baked with; () for a kernel without one
     epilogues: tuple[Epilogue, ...] = EPILOGUES
+    # CTAs per SM of a persistent grid: the kernel is compiled to fit this many (its
+    # registers and shared memory), and launched with this many per SM
+    blocks_per_sm: int = 1
 
 
 FAMILIES = (
     KernelFamily(
         "sm100_nvfp4_grouped_gemm", "nvfp4_aot.kernels.sm100_grouped_gemm", ("sm_100a", "sm_103a")
     ),
-    KernelFamily("sm90_nvfp4_grouped_gemm", "nvfp4_aot.kernels.sm90_grouped_gemm", ("sm_90a",)),
+    # 256 groups: a MoE plan of up to 256 experts is one GEMM launch (E = 128 or 256 in
+    # decode was two or three serial launches, the last ones mostly idle)
+    KernelFamily(
+        "sm90_nvfp4_grouped_gemm",
+        "nvfp4_aot.kernels.sm90_grouped_gemm",
+        ("sm_90a",),
+        groups=(8, 120, 256),
+    ),
+    # The same kernel with 16-row activation tiles: few tokens per group (MoE decode);
+    # two CTAs per SM keep twice the warps decoding weights while the other CTA waits.
+    KernelFamily(
+        "sm90_nvfp4_grouped_gemm_decode",
+        "nvfp4_aot.kernels.sm90_grouped_gemm_decode",
+        ("sm_90a",),
+        groups=(8, 120, 256),
+        blocks_per_sm=2,
+    ),
     # Decodes the activations once per launch into an FP16 scratch after the
     # tensormaps (m x ceil(k / 128) x 128 values per group); its grid-barrier
     # counter lives in an unused descriptor slot and must start zeroed.
@@ -45,14 +64,14 @@ FAMILIES = (
             zero_once=True,
         ),
     ),
-    # Turns device token counts into the GEMM tables just before a MoE launch; one
-    # variant serves chunks of up to 120 experts (the largest GEMM variant's groups).
+    # Turns device token counts into the GEMM tables just before a MoE launch; a plan
+    # takes the variant for chunks of up to 120 or 256 experts (its GEMM variants' most).
     KernelFamily(
         "moe_routing",
         "nvfp4_aot.kernels.moe_routing",
         ("sm_90a", "sm_100a", "sm_103a"),
         role=ROLE_ROUTING,
-        groups=(120,),
+        groups=(120, 256),
         epilogues=(),
     ),
     # BF16/FP16 activations -> packed FP4 + blocked E4M3 scales (plain, contiguous and

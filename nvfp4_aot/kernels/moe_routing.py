@@ -23,7 +23,8 @@ to the plan's capacity (contiguous: 0 <= offsets[e] <= offsets[e + 1] <= capacit
 clamping; masked: 0 <= m_e <= max_m).
 
 One CTA per chunk, one thread per expert of the chunk (threads > G, the chunk's GEMM
-variant's group count, at most ``num_groups``, which the variant is compiled for). The
+variant's group count, at most ``num_groups``, which the variant is compiled for: the
+CTA has ``threads_for(num_groups)`` threads). The
 contiguous layout's scale offset of the chunk's first expert is a sum over all earlier
 experts, which each CTA adds up itself (no inter-CTA communication).
 
@@ -79,8 +80,7 @@ from .cta_scan import block_scan
 
 FAMILY = "moe_routing"
 ARCHS = ("sm_90a", "sm_100a", "sm_103a")
-THREADS = 128
-WARPS = THREADS // 32
+THREADS = 128  # the CTA of the 120-group variant; see threads_for
 LAYOUT_CONTIGUOUS = LAYOUTS.index("contiguous")
 MAX_CHUNKS = 1 << 16  # an extent for the plan words' tensor, far past any real plan
 
@@ -111,8 +111,16 @@ def expert_rows(expert, routing: cute.Tensor, layout, capacity):
     return first, rows
 
 
+def threads_for(num_groups: int) -> int:
+    """Threads of the CTA that fills a chunk of ``num_groups`` groups: one per group and
+    one more (thread G writes the prefix's total), in whole warps."""
+    return max(THREADS, (num_groups + 1 + 31) // 32 * 32)
+
+
 @cute.kernel
 def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer, num_groups: cutlass.Constexpr[int]):
+    threads = threads_for(num_groups)
+    warps = threads // 32
     tidx, _, _ = cute.arch.thread_idx()
     chunk, _, _ = cute.arch.block_idx()
     # static extents: a shape that depended on num_chunks would be a host-derived kernel
@@ -122,10 +130,10 @@ def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer, num_groups: cutl
 
     @cute.struct
     class SharedStorage:
-        warp_totals: cute.struct.MemRange[cutlass.Int32, WARPS]
+        warp_totals: cute.struct.MemRange[cutlass.Int32, warps]
 
     storage = SmemAllocator().allocate(SharedStorage)
-    s_warp = storage.warp_totals.get_tensor(cute.make_layout(WARPS))
+    s_warp = storage.warp_totals.get_tensor(cute.make_layout(warps))
 
     experts = cutlass.Int32(plan[P_EXPERTS])
     layout = cutlass.Int32(plan[P_LAYOUT])
@@ -146,7 +154,7 @@ def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer, num_groups: cutl
     # Contiguous layout: the blocked-scale row where this chunk's first expert starts.
     sf_before = cutlass.Int32(0)
     if layout == LAYOUT_CONTIGUOUS:
-        for base in cutlass.range(0, first_expert, THREADS, unroll=1):
+        for base in cutlass.range(0, first_expert, threads, unroll=1):
             padded = cutlass.Int32(0)
             if base + tidx < first_expert:
                 _first, rows = expert_rows(base + tidx, routing, layout, capacity)
@@ -226,15 +234,15 @@ def routing_host(
 ):
     """Launch one CTA per chunk of at most ``num_groups`` experts."""
     kernel(ptr_of_plan, ptr_of_run, num_groups).launch(
-        grid=(num_chunks, 1, 1), block=[THREADS, 1, 1]
+        grid=(num_chunks, 1, 1), block=[threads_for(num_groups), 1, 1]
     )
     return
 
 
 def compile(num_groups: int):
-    """Compile for chunks of at most ``num_groups`` experts (< THREADS)."""
-    if not 1 <= num_groups < THREADS:
-        raise ValueError(f"the routing kernel handles 1..{THREADS - 1} groups per chunk")
+    """Compile for chunks of at most ``num_groups`` experts."""
+    if num_groups < 1:
+        raise ValueError(f"the routing kernel handles chunks of >= 1 groups, got {num_groups}")
     gmem = cute.AddressSpace.gmem
     return cute.compile(
         routing_host,

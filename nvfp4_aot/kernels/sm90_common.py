@@ -44,6 +44,9 @@ SF_BYTES = SF_HALVES * 256
 DEC_ELEMS_A = TILE_M * TILE_K
 
 assert TILE_M == 128 and TILE_N == 128, "one 128-row scale block per tile"
+# Activation tiles of a decode family (few tokens per expert) are narrower: a divisor of
+# the 128-row scale block and a multiple of 16 (two 8-row swizzle atoms; wgmma N).
+DECODE_TILE_MS = (16, 32, 64)
 assert TILE_K == 128, "the register decode maps one 64-byte row onto 8 k16 blocks"
 assert TILE_N == 64 * (NUM_CONSUMER_WARPS // 4)
 
@@ -267,8 +270,9 @@ def make_sf_tensor(ptr: cute.Pointer, rows, k):
     )
 
 
-def consumer_mma(tidx, s_act):
-    """The consumers' RS wgmma (weights in registers x FP16 activations in smem).
+def consumer_mma(tidx, s_act, tile_m=TILE_M):
+    """The consumers' RS wgmma (weights in registers x FP16 activations in smem, the
+    activation tile ``tile_m`` rows: wgmma N).
 
     Returns (tiled_mma, tCrB, tCrA_sets, tCrA_regs, acc, tCcC): the B fragments of
     ``s_act`` (TILE_M, TILE_K, buffers), two weight register sets (even / odd K
@@ -282,7 +286,7 @@ def consumer_mma(tidx, s_act):
         cute.nvgpu.OperandMajorMode.K,
         cutlass.Float32,
         (TILE_N // 64, 1, 1),
-        tiler_mn=(64, TILE_M),
+        tiler_mn=(64, tile_m),
         a_source=warpgroup.OperandSource.RMEM,
     )
     thr_mma = tiled_mma.get_slice(tidx)
@@ -295,8 +299,8 @@ def consumer_mma(tidx, s_act):
         cute.recast_tensor(tCrA1, cutlass.Int32),
     )
     # (MMA, MMA_M, MMA_N): C^T tile, rows along n, columns along m
-    acc = cute.make_rmem_tensor(thr_mma.partition_shape_C((TILE_N, TILE_M)), cutlass.Float32)
-    tCcC = thr_mma.partition_C(cute.make_identity_tensor((TILE_N, TILE_M)))
+    acc = cute.make_rmem_tensor(thr_mma.partition_shape_C((TILE_N, tile_m)), cutlass.Float32)
+    tCcC = thr_mma.partition_C(cute.make_identity_tensor((TILE_N, tile_m)))
     return tiled_mma, tCrB, (tCrA0, tCrA1), tCrA_regs, acc, tCcC
 
 
@@ -330,7 +334,18 @@ def thread_offsets(tidx):
 
 
 @cute.jit
-def store_tile(acc, tCcC, c_address, m, n, coord_m, coord_n, scale, c_dtype: cutlass.Constexpr):
+def store_tile(
+    acc,
+    tCcC,
+    c_address,
+    m,
+    n,
+    coord_m,
+    coord_n,
+    scale,
+    c_dtype: cutlass.Constexpr,
+    tile_m: cutlass.Constexpr = TILE_M,
+):
     """Epilogue: C[m, n] = scale * acc[n, m] -> ``c_dtype`` (round to nearest even),
     element-wise guarded for the M/N residues. ``scale`` is 2^14 (undoing the decode's
     scaling), times the group's alpha in a variant with alpha (:mod:`.epilogue`)."""
@@ -338,8 +353,8 @@ def store_tile(acc, tCcC, c_address, m, n, coord_m, coord_n, scale, c_dtype: cut
         cute.make_ptr(c_dtype, c_address, cute.AddressSpace.gmem, assumed_align=2),
         cute.make_layout((m, n), stride=(n, 1)),
     )
-    gC = cute.local_tile(mC, (TILE_M, TILE_N), (coord_m, coord_n))
-    residue_m = m - coord_m * TILE_M
+    gC = cute.local_tile(mC, (tile_m, TILE_N), (coord_m, coord_n))
+    residue_m = m - coord_m * tile_m
     residue_n = n - coord_n * TILE_N
     for i in cutlass.range_constexpr(cute.size(acc)):
         row_n, col_m = tCcC[i]
@@ -360,8 +375,10 @@ def host_operands(
     ptr_of_tensor_of_tensormap,
     persistent_blocks,
     num_groups,
+    tile_m=TILE_M,
 ):
-    """The kernel's arguments (all but num_groups) from the host launcher's inputs."""
+    """The kernel's arguments (all but num_groups) from the host launcher's inputs; A's
+    TMA box is ``tile_m`` rows."""
     tensor_of_abc_ptrs = cute.make_tensor(
         ptr_of_tensor_of_abc_ptrs, cute.make_layout((num_groups, 3), stride=(3, 1))
     )
@@ -393,8 +410,8 @@ def host_operands(
     tma_atom_a, tma_tensor_a = cpasync.make_tiled_tma_atom(
         g2s,
         fake_a,
-        cute.make_layout((TILE_M, TILE_KB), stride=(TILE_KB, 1)),
-        (TILE_M, TILE_KB),
+        cute.make_layout((tile_m, TILE_KB), stride=(TILE_KB, 1)),
+        (tile_m, TILE_KB),
     )
     tma_atom_b, tma_tensor_b = cpasync.make_tiled_tma_atom(
         g2s,
@@ -427,10 +444,10 @@ def host_operands(
     )
 
 
-def compile_host(grouped_gemm_host, num_groups: int, out_dtype: str, alpha: bool):
+def compile_host(grouped_gemm_host, num_groups: int, out_dtype: str, alpha: bool, *constexprs):
     """Compile a family's host launcher for a fixed group count (8 or 120) and epilogue
-    (:mod:`.epilogue`); returns the DSL object.  Null pointers and Int32 scalars 1:
-    neither is baked into the code."""
+    (:mod:`.epilogue`), and the family's own compile-time arguments after them; returns
+    the DSL object.  Null pointers and Int32 scalars 1: neither is baked into the code."""
     gmem = cute.AddressSpace.gmem
     return cute.compile(
         grouped_gemm_host,
@@ -444,4 +461,5 @@ def compile_host(grouped_gemm_host, num_groups: int, out_dtype: str, alpha: bool
         make_ptr(cutlass.Int64, 0, gmem, assumed_align=16) if alpha else None,
         num_groups,
         C_DTYPES[out_dtype],
+        *constexprs,
     )

@@ -76,7 +76,6 @@ from .sm90_common import (
     ARCHS,
     B_RAW_BYTES,
     BYTES_PER_TENSORMAP,
-    DEC_ELEMS_A,
     NUM_CONSUMER_THREADS,
     NUM_CONSUMER_WARPS,
     PRODUCER_WARP,
@@ -114,10 +113,6 @@ __all__ = ["ARCHS", "FAMILY", "THREADS", "TILE_K", "TILE_M", "TILE_N", "compile"
 NUM_STAGES = 5  # raw (FP4 + scale) TMA pipeline depth
 NUM_DEC_BUFFERS = 4  # decoded FP16 activation buffers (fixed: see the consumer loop)
 
-_A_RAW_BYTES = TILE_M * TILE_KB
-_TMA_BYTES_PER_STAGE = _A_RAW_BYTES + B_RAW_BYTES + 2 * SF_BYTES
-_ACT_TASKS = TILE_M * 4 // NUM_CONSUMER_THREADS  # (row, 16-byte chunk) tasks per thread
-
 
 # ---------------------------------------------------------------------------
 # Device helpers
@@ -129,22 +124,56 @@ def sts_b32(addr: cutlass.Int32, val: cutlass.Int32, *, loc=None, ip=None) -> No
     asm("st.shared.b32 [$0], $1;", "r,r", [ir_i32(addr, loc, ip), ir_i32(val, loc, ip)], loc, ip)
 
 
-def _decode_act(a_raw, sfa, a_dst, a_rr):
+def _act_tasks(tile_m):
+    """(row, 16-byte chunk) activation tasks per consumer thread, and whether every
+    thread has them: a tile of fewer than 64 rows has one task for some threads of each
+    warpgroup (see ``_act_row``)."""
+    tasks = tile_m * 4 // NUM_CONSUMER_THREADS
+    return (tasks, True) if tasks else (1, False)
+
+
+def _act_row(tidx, wg, tile_m):
+    """(first activation row this thread decodes, whether it decodes any).  Task j is
+    row j // 4, chunk j % 4; with 64+ rows thread t has tasks t, t + 256, ...; with
+    fewer each warpgroup takes half of the rows (threads 0 .. 2 tile_m - 1 of it)."""
+    if cutlass.const_expr(_act_tasks(tile_m)[1]):
+        return tidx // 4, True
+    local = tidx % 128
+    return (local + wg * (tile_m * 2)) // 4, local < tile_m * 2
+
+
+def _decode_act(a_raw, sfa, a_dst, a_rr, tile_m):
     """This thread's activation tasks -> swizzled FP16 buffer (word w, shift s is
     register s of 16-byte unit u = 4 (w % 2) + s, k = 8 u)."""
     a_words = []
     a_sfs = []
-    for i in range(_ACT_TASKS):
+    tasks, _all_threads = _act_tasks(tile_m)
+    for i in range(tasks):
         a_words.append(lds_v4(a_raw + i * 64 * TILE_KB))
         a_sfs.append(lds_u16(sfa + i * 8))
-    for i in range(_ACT_TASKS):
+    for i in range(tasks):
         sc = decode_scales(a_sfs[i])
         dst = a_dst + i * 8 * 1024
         for w in range(4):
             vals = decode_word(a_words[i][w], sc[w // 2])
             for s in range(4):
                 unit = 4 * (w % 2) + s
-                sts_b32(dst + (w // 2) * (TILE_M * 128) + ((a_rr ^ unit) * 16), vals[s])
+                sts_b32(dst + (w // 2) * (tile_m * 128) + ((a_rr ^ unit) * 16), vals[s])
+
+
+@cute.jit
+def _decode_act_if(active, a_raw, sfa, a_dst, a_rr, tile_m: cutlass.Constexpr[int]):
+    """``_decode_act`` on the threads that have activation tasks."""
+    if cutlass.const_expr(_act_tasks(tile_m)[1]):
+        _decode_act(a_raw, sfa, a_dst, a_rr, tile_m)
+    else:
+        if active:
+            _decode_act(a_raw, sfa, a_dst, a_rr, tile_m)
+
+
+def _sf_row_offset(row):
+    """Byte offset of row ``row`` (of its 128-row block) in a blocked scale atom."""
+    return (row % 32) * 16 + ((row // 32) % 4) * 4
 
 
 @cute.jit
@@ -166,6 +195,7 @@ def _tile_at(
     tensor_of_problem_sizes: cute.Tensor,
     tensor_of_cta_prefix: cute.Tensor,
     on_new_group=None,
+    tile_m: cutlass.Constexpr[int] = TILE_M,
 ):
     """(group_idx, group, coord_m, coord_n) of tile ``tile_idx``, walking on from group
     ``group_idx`` (the tiles of a CTA ascend).  ``group`` = (m, n, cta_m, k_tile_cnt,
@@ -179,7 +209,7 @@ def _tile_at(
         m = tensor_of_problem_sizes[group_idx, 0]
         n = tensor_of_problem_sizes[group_idx, 1]
         k = tensor_of_problem_sizes[group_idx, 2]
-        cta_m = ceil_div(m, TILE_M)
+        cta_m = ceil_div(m, tile_m)
         k_tile_cnt = ceil_div(k, TILE_K)
         if cutlass.const_expr(on_new_group is not None):
             on_new_group(group_idx, m, n, k)
@@ -240,7 +270,12 @@ def kernel(
     num_groups: cutlass.Constexpr[int],
     c_dtype: cutlass.Constexpr,
     alpha_ptrs: cute.Tensor | None,
+    tile_m: cutlass.Constexpr[int],
+    num_stages: cutlass.Constexpr[int],
 ):
+    a_raw_bytes = tile_m * TILE_KB
+    dec_elems_a = tile_m * TILE_K
+    rows_per_sf_block = 128 // tile_m  # activation tiles per 128-row scale block
     tidx, _, _ = cute.arch.thread_idx()
     warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
     bidx, _, _ = cute.arch.block_idx()
@@ -254,41 +289,41 @@ def kernel(
     #
     @cute.struct
     class SharedStorage:
-        ab_mbar_ptr: cute.struct.MemRange[cutlass.Int64, NUM_STAGES * 2]
+        ab_mbar_ptr: cute.struct.MemRange[cutlass.Int64, num_stages * 2]
         # Raw TMA stages: FP4 bytes, row-major (rows, TILE_K / 2), no swizzle.
         sA_raw: cute.struct.Align[
-            cute.struct.MemRange[cutlass.Uint8, NUM_STAGES * _A_RAW_BYTES], 1024
+            cute.struct.MemRange[cutlass.Uint8, num_stages * a_raw_bytes], 1024
         ]
         sB_raw: cute.struct.Align[
-            cute.struct.MemRange[cutlass.Uint8, NUM_STAGES * B_RAW_BYTES], 1024
+            cute.struct.MemRange[cutlass.Uint8, num_stages * B_RAW_BYTES], 1024
         ]
         # Raw scale stages: SF_HALVES x 256 bytes = TILE_K / 64 consecutive atoms.
         sSFA_raw: cute.struct.Align[
-            cute.struct.MemRange[cutlass.Uint8, NUM_STAGES * SF_BYTES], 1024
+            cute.struct.MemRange[cutlass.Uint8, num_stages * SF_BYTES], 1024
         ]
         sSFB_raw: cute.struct.Align[
-            cute.struct.MemRange[cutlass.Uint8, NUM_STAGES * SF_BYTES], 1024
+            cute.struct.MemRange[cutlass.Uint8, num_stages * SF_BYTES], 1024
         ]
         # Decoded FP16 activations (the wgmma B operand), K-major 128B-swizzled.
         sA_dec: cute.struct.Align[
-            cute.struct.MemRange[cutlass.Float16, NUM_DEC_BUFFERS * DEC_ELEMS_A], 1024
+            cute.struct.MemRange[cutlass.Float16, NUM_DEC_BUFFERS * dec_elems_a], 1024
         ]
 
     smem = SmemAllocator()
     storage = smem.allocate(SharedStorage)
 
     # Raw TMA destinations.
-    # (TILE_M, TILE_K/2, STAGE)
+    # (tile_m, TILE_K/2, STAGE)
     sA_raw = storage.sA_raw.get_tensor(
-        cute.make_layout((TILE_M, TILE_KB, NUM_STAGES), stride=(TILE_KB, 1, _A_RAW_BYTES))
+        cute.make_layout((tile_m, TILE_KB, num_stages), stride=(TILE_KB, 1, a_raw_bytes))
     )
     # (TILE_N, TILE_K/2, STAGE)
     sB_raw = storage.sB_raw.get_tensor(
-        cute.make_layout((TILE_N, TILE_KB, NUM_STAGES), stride=(TILE_KB, 1, B_RAW_BYTES))
+        cute.make_layout((TILE_N, TILE_KB, num_stages), stride=(TILE_KB, 1, B_RAW_BYTES))
     )
     # (256, SF_HALVES, 1, STAGE)
     sf_stage_layout = cute.make_layout(
-        (256, SF_HALVES, 1, NUM_STAGES), stride=(1, 256, SF_BYTES, SF_BYTES)
+        (256, SF_HALVES, 1, num_stages), stride=(1, 256, SF_BYTES, SF_BYTES)
     )
     sSFA_raw = storage.sSFA_raw.get_tensor(sf_stage_layout)
     sSFB_raw = storage.sSFB_raw.get_tensor(sf_stage_layout)
@@ -296,10 +331,10 @@ def kernel(
     # Decoded activation buffers: S<3,4,3> (byte-address 128B swizzle) o (8,64) atoms.
     a_dec_layout = cute.tile_to_shape(
         warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW128, cutlass.Float16),
-        (TILE_M, TILE_K, NUM_DEC_BUFFERS),
+        (tile_m, TILE_K, NUM_DEC_BUFFERS),
         order=(0, 1, 2),
     )
-    # (TILE_M, TILE_K, DEC_BUF)
+    # (tile_m, TILE_K, DEC_BUF)
     sA_dec = storage.sA_dec.get_tensor(a_dec_layout.outer, swizzle=a_dec_layout.inner)
 
     #
@@ -308,10 +343,10 @@ def kernel(
     #
     ab_pipeline = pipeline.PipelineTmaAsync.create(
         barrier_storage=storage.ab_mbar_ptr.data_ptr(),
-        num_stages=NUM_STAGES,
+        num_stages=num_stages,
         producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
         consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, NUM_CONSUMER_WARPS),
-        tx_count=_TMA_BYTES_PER_STAGE,
+        tx_count=a_raw_bytes + B_RAW_BYTES + 2 * SF_BYTES,
         cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
     )
 
@@ -320,8 +355,8 @@ def kernel(
     # past those shapes are fine because the real extents live in the
     # per-CTA tensormaps updated below.
     #
-    # (TILE_M, TILE_K/2, RestM, RestK)
-    gA = cute.local_tile(mA, (TILE_M, TILE_KB), (None, None))
+    # (tile_m, TILE_K/2, RestM, RestK)
+    gA = cute.local_tile(mA, (tile_m, TILE_KB), (None, None))
     # (TILE_N, TILE_K/2, RestN, RestK)
     gB = cute.local_tile(mB, (TILE_N, TILE_KB), (None, None))
     # (256, SF_HALVES, 1, 1, RestK, RestRowBlock)
@@ -362,7 +397,7 @@ def kernel(
         tensormap_manager.fence_tensormap_initialization()
 
         producer_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Producer, NUM_STAGES
+            pipeline.PipelineUserType.Producer, num_stages
         )
         update_tensormaps = functools.partial(
             _update_tensormaps,
@@ -388,11 +423,15 @@ def kernel(
                     tensor_of_problem_sizes,
                     tensor_of_cta_prefix,
                     update_tensormaps,
+                    tile_m,
                 )
                 _m, _n, _cta_m, k_tile_cnt, _loaded_idx = group
                 tAgA_tile = tAgA[(None, coord_m, None)]
                 tBgB_tile = tBgB[(None, coord_n, None)]
-                tAgSFA_tile = tAgSFA[(None, 0, None, coord_m)]
+                sf_block = coord_m
+                if cutlass.const_expr(rows_per_sf_block > 1):
+                    sf_block = coord_m // rows_per_sf_block
+                tAgSFA_tile = tAgSFA[(None, 0, None, sf_block)]
                 tBgSFB_tile = tBgSFB[(None, 0, None, coord_n)]
                 desc_a = tensormap_manager.get_tensormap_ptr(
                     tensormap_a_gmem_ptr, cute.AddressSpace.generic
@@ -461,11 +500,11 @@ def kernel(
     #
     if warp_idx < NUM_CONSUMER_WARPS:
         # (MMA, MMA_N, MMA_K, DEC_BUF)
-        tiled_mma, tCrB, tCrA_sets, tCrA_regs, acc, tCcC = consumer_mma(tidx, sA_dec)
+        tiled_mma, tCrB, tCrA_sets, tCrA_regs, acc, tCcC = consumer_mma(tidx, sA_dec, tile_m)
         num_k_blocks = cute.size(tCrA_sets[0], mode=[2])
         wg, consumer_bar, my_turn_bar, other_turn_bar = pingpong_barriers(warp_idx)
         consumer_state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Consumer, NUM_STAGES
+            pipeline.PipelineUserType.Consumer, num_stages
         )
 
         a_raw_base = storage.sA_raw.data_ptr().toint()
@@ -477,9 +516,9 @@ def kernel(
 
         chunk, chunk_sf_off, w_raw_off, w_sf_off = thread_offsets(tidx)
         # Activations: task i is row a_row + 64 i, bytes [16 c, 16 c + 16).
-        a_row = tidx // 4
+        a_row, act_active = _act_row(tidx, wg, tile_m)
         a_raw_off = a_row * TILE_KB + chunk * 16
-        a_sf_off = chunk_sf_off + (a_row % 32) * 16 + ((a_row // 32) % 4) * 4
+        a_sf_off = chunk_sf_off + _sf_row_offset(a_row)
         # 128B swizzle: byte = (k // 64) * TILE_M * 128 + (r // 8) * 1024 + (r % 8) * 128
         #               + (((k % 64) // 8) ^ (r % 8)) * 16 + (k % 8) * 2
         a_rr = a_row % 8
@@ -490,8 +529,19 @@ def kernel(
             group_idx, group = _walk_start(tile_idx, tensor_of_cta_prefix, num_groups)
             while tile_idx < tile_end:
                 group_idx, group, coord_m, coord_n = _tile_at(
-                    tile_idx, group_idx, group, tensor_of_problem_sizes, tensor_of_cta_prefix
+                    tile_idx,
+                    group_idx,
+                    group,
+                    tensor_of_problem_sizes,
+                    tensor_of_cta_prefix,
+                    None,
+                    tile_m,
                 )
+                if cutlass.const_expr(rows_per_sf_block > 1):
+                    # the tile's rows sit inside a 128-row scale block
+                    a_sf_off = chunk_sf_off + _sf_row_offset(
+                        (coord_m % rows_per_sf_block) * tile_m + a_row
+                    )
                 m, n, _cta_m, k_tile_cnt, _loaded_idx = group
                 # read before the main loop, so the load's latency hides behind it
                 scale = output_scale(alpha_ptrs, group_idx, ACC_RESCALE)
@@ -501,11 +551,13 @@ def kernel(
                 # Ping-pong.  Prologue: both warpgroups decode their halves of
                 # the activations of K tile 0 into buffer 0.
                 consumer_wait(full_bar_base, consumer_state)
-                _decode_act(
-                    a_raw_base + consumer_state.index * _A_RAW_BYTES + a_raw_off,
+                _decode_act_if(
+                    act_active,
+                    a_raw_base + consumer_state.index * a_raw_bytes + a_raw_off,
                     sfa_base + consumer_state.index * SF_BYTES + a_sf_off,
                     a_dec_base + a_dec_row_off,
                     a_rr,
+                    tile_m,
                 )
                 # Raw weights are loaded one K tile ahead (here K tile 0), so
                 # the LDS latency is off the decode's critical path.
@@ -535,13 +587,15 @@ def kernel(
                                 next_state.advance()
                                 consumer_wait(full_bar_base, next_state)
                                 nstage = next_state.index
-                                _decode_act(
-                                    a_raw_base + nstage * _A_RAW_BYTES + a_raw_off,
+                                _decode_act_if(
+                                    act_active,
+                                    a_raw_base + nstage * a_raw_bytes + a_raw_off,
                                     sfa_base + nstage * SF_BYTES + a_sf_off,
                                     a_dec_base
-                                    + ((q + 1) % NUM_DEC_BUFFERS) * (DEC_ELEMS_A * 2)
+                                    + ((q + 1) % NUM_DEC_BUFFERS) * (dec_elems_a * 2)
                                     + a_dec_row_off,
                                     a_rr,
+                                    tile_m,
                                 )
                             decode_weights(tCrA_regs[q % 2], w_words, w_sfs)
                             ab_pipeline.consumer_release(consumer_state)
@@ -584,6 +638,7 @@ def kernel(
                     coord_n,
                     scale,
                     c_dtype,
+                    tile_m,
                 )
                 tile_idx += 1
 
@@ -605,6 +660,9 @@ def grouped_gemm_host(
     alpha_ptrs_ptr: cute.Pointer | None,
     num_groups: cutlass.Constexpr[int],
     c_dtype: cutlass.Constexpr,
+    tile_m: cutlass.Constexpr[int],
+    num_stages: cutlass.Constexpr[int],
+    blocks_per_sm: cutlass.Constexpr[int],
 ):
     """Launch the Hopper NVFP4 grouped GEMM (same ABI shape as the sm_100a kernel)."""
     kernel(
@@ -616,20 +674,35 @@ def grouped_gemm_host(
             ptr_of_tensor_of_tensormap,
             persistent_blocks,
             num_groups,
+            tile_m,
         ),
         num_groups,
         c_dtype,
         alpha_table(alpha_ptrs_ptr, num_groups),
+        tile_m,
+        num_stages,
     ).launch(
         grid=(persistent_blocks, 1, 1),
         block=[THREADS, 1, 1],
         cluster=(1, 1, 1),
-        min_blocks_per_mp=1,
+        min_blocks_per_mp=blocks_per_sm,
+        # several CTAs per SM need the whole unified L1/shared memory as shared memory
+        preferred_smem_carveout=100 if blocks_per_sm > 1 else None,
     )
     return
 
 
-def compile(num_groups: int, out_dtype: str = "float16", alpha: bool = False):
-    """Compile the kernel for a fixed group count (8 or 120) and epilogue; returns the
-    DSL object."""
-    return compile_host(grouped_gemm_host, num_groups, out_dtype, alpha)
+def compile(
+    num_groups: int,
+    out_dtype: str = "float16",
+    alpha: bool = False,
+    tile_m: int = TILE_M,
+    num_stages: int = NUM_STAGES,
+    blocks_per_sm: int = 1,
+):
+    """Compile the kernel for a fixed group count (8 or 120), epilogue, activation tile
+    (``tile_m`` rows, ``num_stages`` raw stages) and CTAs per SM (registers capped to fit
+    them); returns the DSL object."""
+    return compile_host(
+        grouped_gemm_host, num_groups, out_dtype, alpha, tile_m, num_stages, blocks_per_sm
+    )
