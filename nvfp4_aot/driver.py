@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Sequence
+from contextlib import contextmanager
 
 from .errors import CudaError
 
@@ -320,6 +321,20 @@ def capture_begin(stream: int, relaxed: bool = False) -> None:
         else (modes.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
     )
     call("cuStreamBeginCapture", stream, mode)
+
+
+@contextmanager
+def relaxed_capture_mode():
+    """Let this thread make calls that stream capture otherwise forbids (a synchronous
+    wait on a stream no capture involves) while a capture is in progress: this thread's
+    capture mode is RELAXED inside, then restored (CUDA's push-pop idiom for libraries).
+    A capture begun in global mode, as ``torch.cuda.graph``'s default, refuses them."""
+    modes = backend().CUstreamCaptureMode
+    previous = call("cuThreadExchangeStreamCaptureMode", modes.CU_STREAM_CAPTURE_MODE_RELAXED)
+    try:
+        yield
+    finally:
+        call("cuThreadExchangeStreamCaptureMode", previous)
 
 
 def capture_end(stream: int):

@@ -310,16 +310,18 @@ class Launcher:
 
     def _write_capture_slot(self, slot: int, table: bytes) -> None:
         """Put a capture slot's table on the device now, outside any capture: on a private
-        non-blocking stream that no capture involves, then wait for that stream alone."""
+        non-blocking stream that no capture involves, then wait for that stream alone
+        (in relaxed capture mode: a global-mode capture, torch's default, forbids the wait)."""
         res = self._resources
-        if res.side_stream is None:
-            res.side_stream = driver.stream_create()
         self._staging[slot][:] = table
-        driver.memcpy_htod_async(
-            self.slot_address(slot), self._staging_addresses[slot], self.layout.slot_bytes,
-            res.side_stream,
-        )  # fmt: skip
-        driver.stream_synchronize(res.side_stream)
+        with driver.relaxed_capture_mode():
+            if res.side_stream is None:
+                res.side_stream = driver.stream_create()
+            driver.memcpy_htod_async(
+                self.slot_address(slot), self._staging_addresses[slot],
+                self.layout.slot_bytes, res.side_stream,
+            )  # fmt: skip
+            driver.stream_synchronize(res.side_stream)
 
     def _stage(self, slot: int, table: bytes, stream: int, copy: bool = True) -> None:
         """Write ``table`` into the slot's pinned staging and (unless the slot's graph

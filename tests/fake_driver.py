@@ -98,6 +98,7 @@ class FakeDriver:
         self.function_attributes: list[tuple[object, int, int]] = []
         self._kernels: list[FakeKernel] = []
         self.events_ready = True
+        self.capture_mode = real.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL  # this thread's
         self.alloc_fill = 0  # the byte new device allocations hold (cuMemAlloc leaves garbage)
         self._next = 0x7F00_0000_0000
         self._handles = 0
@@ -250,9 +251,20 @@ class FakeDriver:
     # stream capture and graphs: copies and launches on a capturing stream are recorded
     def cuStreamSynchronize(self, stream):
         self._record("cuStreamSynchronize", int(stream))
-        if int(stream) in self._capturing:  # as the driver: no waiting on a capturing stream
+        capturing = self._capturing or getattr(self, "capturing_streams", ())
+        # as the H200 showed: while a capture runs, a wait is refused unless this thread's
+        # capture mode is relaxed (and never on the capturing stream itself)
+        if int(stream) in capturing or (
+            capturing
+            and self.capture_mode != real.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+        ):
             return (real.CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,)
         return (SUCCESS,)
+
+    def cuThreadExchangeStreamCaptureMode(self, mode):
+        self._record("cuThreadExchangeStreamCaptureMode", mode)
+        previous, self.capture_mode = self.capture_mode, mode
+        return (SUCCESS, previous)
 
     def cuStreamCreate(self, flags):
         self._record("cuStreamCreate", flags)

@@ -168,7 +168,7 @@ def _pointers():
 
 
 def test_run_writes_one_small_table_and_launches_routing_then_gemms(fake):
-    with MoeGemmPlan(256, 1536, 2048, layout="masked", capacity=16) as plan:
+    with MoeGemmPlan(600, 1536, 2048, layout="masked", capacity=16) as plan:  # 256+256+88
         routing, a, b, c, sfa, sfb = _pointers()
         plan.run(a, b, c, sfa, sfb, routing, stream=9)
         symbols = [launch.function.symbol for launch in fake.launches]
@@ -291,7 +291,7 @@ def test_eager_runs_launch_one_recorded_graph_per_slot(fake):
     """Several launches per run are recorded per ring slot at creation; an eager run is
     one cuGraphLaunch whose copy reads the slot's staging when it runs; a run inside the
     caller's stream capture records the launches themselves; close destroys the graphs."""
-    plan = MoeGemmPlan(128, 1536, 2048, capacity=4096)
+    plan = MoeGemmPlan(300, 1536, 2048, capacity=4096)  # two GEMM launches: 256 + 44
     assert fake.names().count("cuGraphInstantiate") == plan.layout.ring_slots
     assert fake.launches == [] and fake.copies == []  # recorded, not run
     routing, a, b, c, sfa, sfb = _pointers()

@@ -65,6 +65,7 @@ CONFIGS = [  # (experts, n, k, layout, capacity, routings)
     (32, 128, 256, "contiguous", 512, 100),
     (128, 128, 128, "contiguous", 640, 100),
     (256, 128, 128, "contiguous", 512, 100),
+    (300, 128, 128, "contiguous", 600, 30),  # G=256 families: chunks of 256 + 44 experts
     (8, 256, 512, "masked", 200, 100),
     (32, 128, 256, "masked", 48, 100),
     (128, 128, 128, "masked", 24, 100),

@@ -8,6 +8,7 @@ import struct
 
 import numpy as np
 import pytest
+from cuda.bindings import driver as real
 
 from nvfp4_aot import plan
 from nvfp4_aot.errors import InvalidProblemError, Nvfp4Error
@@ -70,12 +71,17 @@ def test_graph_capture_uses_its_own_slot_and_workspace(make_fake, artifacts):
         fake.capturing_streams = {9}
         start = len(fake.calls)
         p.run(*ops, stream=9)
+        relaxed = real.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
         assert [n for n in fake.names()[start:] if n != "cuCtxSetCurrent"] == [
-            "cuStreamCreate", "cuMemcpyHtoDAsync", "cuStreamSynchronize", "cuLaunchKernelEx"
+            "cuThreadExchangeStreamCaptureMode", "cuStreamCreate", "cuMemcpyHtoDAsync",
+            "cuStreamSynchronize", "cuThreadExchangeStreamCaptureMode", "cuLaunchKernelEx",
         ]  # fmt: skip
         dst, _data, side = fake.copies[-1]
         assert dst == graph["abc_pointers"] and side != 9  # not recorded into the graph
-        assert fake.calls[-2] == ("cuStreamSynchronize", (side,))
+        assert ("cuStreamSynchronize", (side,)) in fake.calls[start:]
+        modes = [args[0] for name, args in fake.calls[start:] if "CaptureMode" in name]
+        assert modes == [relaxed, real.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL]
+        assert fake.capture_mode == modes[-1]  # restored
         launched = b"".join(fake.launches[-1].params)
         assert graph["tensormap_workspace"].to_bytes(8, "little") in launched
         assert eager["tensormap_workspace"].to_bytes(8, "little") not in launched
@@ -83,7 +89,10 @@ def test_graph_capture_uses_its_own_slot_and_workspace(make_fake, artifacts):
         other = operands_for(sizes, base=0x20_0000_0000)
         start = len(fake.calls)
         p.set_graph_pointers(*other)
-        assert fake.names()[start:] == ["cuMemcpyHtoDAsync", "cuStreamSynchronize"]
+        assert fake.names()[start:] == [
+            "cuThreadExchangeStreamCaptureMode", "cuMemcpyHtoDAsync", "cuStreamSynchronize",
+            "cuThreadExchangeStreamCaptureMode",
+        ]  # fmt: skip
         dst, data, stream = fake.copies[-1]
         assert (dst, stream) == (graph["abc_pointers"], side)
         words = memoryview(data).cast("Q").tolist()

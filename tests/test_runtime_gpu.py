@@ -183,7 +183,7 @@ def _random_sizes(count: int, rng) -> list[tuple[int, int, int]]:
     ]
 
 
-@pytest.mark.parametrize("count", [1, 8, 9, 120, 121])
+@pytest.mark.parametrize("count", [1, 8, 9, 120, 121, 256, 257])
 def test_group_counts(device, kernel, epilogue, count):
     rng = np.random.default_rng(count)
     sizes = _random_sizes(count, rng)

@@ -116,7 +116,7 @@ def test_stacked_graph_capture_and_set_graph_stacked(make_fake, artifacts):
         start = len(fake.calls)
         other = [BASE + (8 << 32) + (f << 32) for f in range(5)]
         p.set_graph_stacked(*other)
-        assert fake.names()[start:] == ["cuMemcpyHtoDAsync", "cuStreamSynchronize"]
+        assert "cuMemcpyHtoDAsync" in fake.names()[start:]
         assert fake.copies[-1][0] == graph["abc_pointers"]
         words = memoryview(fake.copies[-1][1]).cast("Q").tolist()
         assert other[2] + p.stacked_offsets["c"][2] in words

@@ -142,15 +142,26 @@ def _act_row(tidx, wg, tile_m):
     return (local + wg * (tile_m * 2)) // 4, local < tile_m * 2
 
 
-def _decode_act(a_raw, sfa, a_dst, a_rr, tile_m):
-    """This thread's activation tasks -> swizzled FP16 buffer (word w, shift s is
-    register s of 16-byte unit u = 4 (w % 2) + s, k = 8 u)."""
+def _load_act(a_raw, sfa, tile_m):
+    """This thread's raw activation tasks: (16-byte words, scale pairs)."""
     a_words = []
     a_sfs = []
     tasks, _all_threads = _act_tasks(tile_m)
     for i in range(tasks):
         a_words.append(lds_v4(a_raw + i * 64 * TILE_KB))
         a_sfs.append(lds_u16(sfa + i * 8))
+    return a_words, a_sfs
+
+
+def _decode_act(a_raw, sfa, a_dst, a_rr, tile_m):
+    """This thread's activation tasks -> swizzled FP16 buffer."""
+    _store_act(*_load_act(a_raw, sfa, tile_m), a_dst, a_rr, tile_m)
+
+
+def _store_act(a_words, a_sfs, a_dst, a_rr, tile_m):
+    """Decoded activation tasks -> swizzled FP16 buffer (word w, shift s is register s of
+    16-byte unit u = 4 (w % 2) + s, k = 8 u)."""
+    tasks, _all_threads = _act_tasks(tile_m)
     for i in range(tasks):
         sc = decode_scales(a_sfs[i])
         dst = a_dst + i * 8 * 1024
@@ -169,6 +180,16 @@ def _decode_act_if(active, a_raw, sfa, a_dst, a_rr, tile_m: cutlass.Constexpr[in
     else:
         if active:
             _decode_act(a_raw, sfa, a_dst, a_rr, tile_m)
+
+
+@cute.jit
+def _store_act_if(active, a_words, a_sfs, a_dst, a_rr, tile_m: cutlass.Constexpr[int]):
+    """``_store_act`` on the threads that have activation tasks."""
+    if cutlass.const_expr(_act_tasks(tile_m)[1]):
+        _store_act(a_words, a_sfs, a_dst, a_rr, tile_m)
+    else:
+        if active:
+            _store_act(a_words, a_sfs, a_dst, a_rr, tile_m)
 
 
 def _sf_row_offset(row):
@@ -582,22 +603,46 @@ def kernel(
                     for q in cutlass.range_constexpr(4):
                         t = k_quad * 4 + q
                         if t < k_tile_cnt:
-                            if t + 1 < k_tile_cnt:
+                            next_dst = (
+                                a_dec_base
+                                + ((q + 1) % NUM_DEC_BUFFERS) * (dec_elems_a * 2)
+                                + a_dec_row_off
+                            )
+                            if cutlass.const_expr(tile_m == TILE_M):
+                                if t + 1 < k_tile_cnt:
+                                    next_state = consumer_state.clone()
+                                    next_state.advance()
+                                    consumer_wait(full_bar_base, next_state)
+                                    nstage = next_state.index
+                                    _decode_act_if(
+                                        act_active,
+                                        a_raw_base + nstage * a_raw_bytes + a_raw_off,
+                                        sfa_base + nstage * SF_BYTES + a_sf_off,
+                                        next_dst,
+                                        a_rr,
+                                        tile_m,
+                                    )
+                                decode_weights(tCrA_regs[q % 2], w_words, w_sfs)
+                            else:
+                                # Narrow tiles: the raw activations of K tile t + 1 are
+                                # read first and decoded after the weights, so their
+                                # load latency hides behind the weight decode (past the
+                                # last K tile: unused reads of a stage that may refill).
                                 next_state = consumer_state.clone()
                                 next_state.advance()
-                                consumer_wait(full_bar_base, next_state)
+                                if t + 1 < k_tile_cnt:
+                                    consumer_wait(full_bar_base, next_state)
                                 nstage = next_state.index
-                                _decode_act_if(
-                                    act_active,
+                                a_words, a_sfs = _load_act(
                                     a_raw_base + nstage * a_raw_bytes + a_raw_off,
                                     sfa_base + nstage * SF_BYTES + a_sf_off,
-                                    a_dec_base
-                                    + ((q + 1) % NUM_DEC_BUFFERS) * (dec_elems_a * 2)
-                                    + a_dec_row_off,
-                                    a_rr,
                                     tile_m,
                                 )
-                            decode_weights(tCrA_regs[q % 2], w_words, w_sfs)
+                                decode_weights(tCrA_regs[q % 2], w_words, w_sfs)
+                                if t + 1 < k_tile_cnt:
+                                    _store_act_if(
+                                        act_active, a_words, a_sfs, next_dst, a_rr, tile_m
+                                    )
                             ab_pipeline.consumer_release(consumer_state)
                             consumer_state.advance()
                             cute.arch.fence_proxy("async.shared", space="cta")
