@@ -69,11 +69,16 @@ class LaunchedPlan:
     def _launch_operands(self, operands: tuple, stream: int) -> None:
         """Launch a whole-array plan's run (MoE, quantizer): a set of operands seen before
         goes straight to its checked table; anything else is described and checked by the
-        plan's ``_pointers`` first (``self._tables``: a :class:`CheckedTables`)."""
-        try:
-            table = self._tables.get(operands)
-        except TypeError:  # unhashable operands (arrays): described below
-            table = None
+        plan's ``_pointers`` first (``self._tables``: a :class:`CheckedTables`). The
+        operands are looked up as they are only when the first is an int: tensors would
+        always miss (the tables are keyed by pointers), after hashing each of them
+        (``torch.Tensor.__hash__`` is Python code)."""
+        table = None
+        if type(operands[0]) is int:
+            try:
+                table = self._tables.get(operands)
+            except TypeError:  # unhashable operands (arrays): described below
+                pass
         if table is None:
             pointers, producers = self._pointers(operands, stream)
             self._launcher.launch(self._tables.table(pointers), stream, producers)

@@ -56,13 +56,13 @@ from .operands import (
     TORCH_FP4_DTYPES,
     TORCH_OUT_DTYPES,
     TORCH_SCALE_DTYPES,
+    TorchOperands,
     check_alpha,
     check_matrix,
     check_scales,
     is_c_contiguous,
     out_dtype_name,
     stream_handle,
-    torch_pointer,
 )
 
 __all__ = [
@@ -159,15 +159,22 @@ class MoeGemmPlan(LaunchedPlan):
         # shapes taken on the PyTorch fast path (packed FP4 as uint8 bytes); scales by size
         rows = capacity if layout == "contiguous" else experts * capacity
         leading = ((capacity,),) if layout == "contiguous" else ((experts, capacity), (rows,))
-        self._torch_shapes = {
+        torch_shapes = {
             "routing": ((experts + 1,) if layout == "contiguous" else (experts,),),
             "a": tuple((*lead, k // 2) for lead in leading),
             "c": tuple((*lead, n) for lead in leading),
             "b": ((experts, n, k // 2), (experts * n, k // 2)),
             "alpha": ((experts,),),
         }
-        self._torch_dtypes = _TORCH_DTYPES | {"c": TORCH_OUT_DTYPES[self.out_dtype]}
+        torch_dtypes = _TORCH_DTYPES | {"c": TORCH_OUT_DTYPES[self.out_dtype]}
         self._fields = self.layout.run_fields
+        self._torch = TorchOperands(
+            self.device, self._fields, torch_dtypes, torch_shapes, self._required
+        )
+        # per field in run-word order: (alignment, bytes); the last pointer set checked
+        self._pointer_rules = tuple((_POINTER_ALIGN[f], self._required[f]) for f in self._fields)
+        self._c_word = self._fields.index("c")
+        self._checked: tuple | None = None
         kernels = [loader.load_kernel(v, self.device, artifacts) for v in self.layout.variants]
         self._launcher = Launcher(self.device, self.layout, kernels)
         self._tables = CheckedTables(self._check_pointers, self.layout.run_table)
@@ -189,7 +196,14 @@ class MoeGemmPlan(LaunchedPlan):
             made with ``alpha=True``. Read on the GPU (a graph replay sees new values).
         """
         handle = stream if type(stream) is int and stream >= 0 else stream_handle(stream)
-        self._launch_operands(self._operands(a, b, c, sfa, sfb, routing, alpha), handle)
+        if self.alpha:
+            if alpha is None:
+                validation.check_alpha_given(alpha, True, "expert")
+            self._launch_operands((routing, a, b, c, sfa, sfb, alpha), handle)
+        else:
+            if alpha is not None:
+                validation.check_alpha_given(alpha, False, "expert")
+            self._launch_operands((routing, a, b, c, sfa, sfb), handle)
 
     def set_graph_operands(self, a, b, c, sfa, sfb, routing, alpha=None) -> None:
         """Point the next replay of a CUDA graph that captured :meth:`run` at new operands
@@ -206,28 +220,19 @@ class MoeGemmPlan(LaunchedPlan):
         return (routing, a, b, c, sfa, sfb)
 
     def _pointers(self, operands, stream: int) -> tuple[tuple[int, ...], set[int]]:
-        """Describe and check every operand; (pointers in run-word order, producers)."""
-        pointers, producers = [], set()
-        launch_stream = 1 if stream == 0 else stream
-        for field, obj in zip(self._fields, operands):
-            if type(obj) is int:
-                pointers.append(obj)
-                continue
-            pointer = self._torch_pointer(field, obj)
-            if pointer is not None:
-                pointers.append(pointer)
-                continue
-            pointers.append(
-                array_pointer(field, obj, stream, launch_stream, producers, self._check_array)
-            )
+        """Describe and check every operand; (pointers in run-word order, producers).
+        Ints and CUDA torch tensors that plainly fit take one pass (:class:`TorchOperands`);
+        anything else is described in full (:func:`array_pointer`), which names it."""
+        pointers = self._torch.pointers(operands)
+        producers = set()
+        if None in pointers:
+            launch_stream = 1 if stream == 0 else stream
+            for i, (field, obj) in enumerate(zip(self._fields, operands)):
+                if pointers[i] is None:
+                    pointers[i] = array_pointer(
+                        field, obj, stream, launch_stream, producers, self._check_array
+                    )
         return tuple(pointers), producers
-
-    def _torch_pointer(self, field: str, obj) -> int | None:
-        shapes = self._torch_shapes.get(field)
-        return torch_pointer(
-            obj, self._torch_dtypes[field], self.device, shapes,
-            0 if shapes else self._required[field],
-        )  # fmt: skip
 
     def _check_array(self, field: str, array) -> None:
         if array.device is not None and array.device != self.device:
@@ -277,22 +282,36 @@ class MoeGemmPlan(LaunchedPlan):
         return check_matrix(matrix, dtypes, rows, row_bytes, writable=field == "c")
 
     def _check_pointers(self, pointers) -> None:
-        for field, pointer in zip(self._fields, pointers):
-            align = _POINTER_ALIGN[field]
-            if not 0 < pointer < 1 << 63:
-                raise InvalidProblemError(f"{field} is not a device address: {pointer}")
-            if pointer % align:
-                raise InvalidProblemError(
-                    f"{field} must be {align}-byte aligned, got address 0x{pointer:x}"
-                )
-        c = pointers[RUN_FIELDS.index("c")]
+        """Addresses, alignment and no aliasing of c, for the pointers that differ from
+        the last set checked (all of them when c does): a new routing each run re-checks
+        the routing alone. Each check depends only on its field's pointer and c's."""
+        last, c_word = self._checked, self._c_word
+        c = pointers[c_word]
+        if last is None or last[c_word] != c or len(last) != len(pointers):
+            changed = range(len(pointers))
+        else:
+            changed = [i for i, (p, q) in enumerate(zip(pointers, last)) if p != q]
+        for i in changed:
+            self._check_address(i, pointers[i])
         c_end = c + self._required["c"]
-        for field, pointer in zip(self._fields, pointers):
-            if field != "c" and pointer < c_end and c < pointer + self._required[field]:
+        for i in changed:
+            pointer, size = pointers[i], self._pointer_rules[i][1]
+            if i != c_word and pointer < c_end and c < pointer + size:
                 raise InvalidProblemError(
-                    f"c overlaps {field} (0x{pointer:x} + {self._required[field]} bytes); "
+                    f"c overlaps {self._fields[i]} (0x{pointer:x} + {size} bytes); "
                     "the output must not alias an input"
                 )
+        self._checked = pointers  # only a set that passed every check
+
+    def _check_address(self, word: int, pointer: int) -> None:
+        """Operand ``word``'s pointer is a device address with its field's alignment."""
+        align = self._pointer_rules[word][0]
+        if not 0 < pointer < 1 << 63:
+            raise InvalidProblemError(f"{self._fields[word]} is not a device address: {pointer}")
+        if pointer % align:
+            raise InvalidProblemError(
+                f"{self._fields[word]} must be {align}-byte aligned, got address 0x{pointer:x}"
+            )
 
     def __repr__(self) -> str:
         return (

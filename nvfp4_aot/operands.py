@@ -316,6 +316,50 @@ def torch_pointer(obj, dtypes, device: int, shapes=None, min_bytes: int = 0) -> 
     return obj.data_ptr() if fits else None
 
 
+class TorchOperands:
+    """:func:`torch_pointer` for every operand of a whole-array plan's run in one pass (MoE,
+    quantizer): per field, the torch dtype names it takes (each dtype object's verdict
+    kept after its first sight), the shapes it takes (or None: at least ``min_bytes[field]``
+    bytes). Every tensor is re-read on every call (dtype, device, contiguity, shape,
+    address: any of them may change in place), but nothing is hashed or built per
+    operand."""
+
+    def __init__(self, device: int, fields, dtypes: dict, shapes: dict, min_bytes: dict):
+        self.device = device
+        self._rules = tuple(
+            ({}, dtypes[field], shapes.get(field), min_bytes.get(field, 0)) for field in fields
+        )
+
+    def pointers(self, operands) -> list:
+        """Per operand: itself where an int, the address of a tensor that plainly fits,
+        else None (for the plan's full description, which accepts it or says why not)."""
+        device = self.device
+        out = []
+        append = out.append
+        for obj, (verdicts, names, shapes, least) in zip(operands, self._rules):
+            if type(obj) is int:
+                append(obj)
+                continue
+            if getattr(obj, "is_cuda", False):
+                dtype = obj.dtype
+                ok = verdicts.get(dtype)
+                if ok is None:
+                    ok = verdicts.setdefault(dtype, str(dtype) in names)
+                if ok and obj.get_device() == device and obj.is_contiguous():
+                    if shapes is not None:
+                        fits = obj.shape in shapes
+                    else:
+                        try:
+                            fits = obj.nbytes >= least  # one read (torch >= 1.11)
+                        except AttributeError:
+                            fits = obj.numel() * obj.element_size() >= least
+                    if fits:
+                        append(obj.data_ptr())
+                        continue
+            append(None)
+        return out
+
+
 # DLPack -------------------------------------------------------------------------------------
 
 

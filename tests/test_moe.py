@@ -366,3 +366,75 @@ def test_torch_tensors_take_the_attribute_fast_path(fake):
         with pytest.raises(InvalidProblemError, match="^c: not described in this test"):
             plan.run(*(tensors[f] for f in order))
         assert tensors["c"].described
+
+
+def _recording_checks(plan):
+    """Record the fields whose pointer the plan checks (address, alignment)."""
+    checked = []
+    check = plan._check_address
+
+    def record(word, pointer):
+        checked.append(plan._fields[word])
+        check(word, pointer)
+
+    plan._check_address = record
+    return checked
+
+
+def test_a_new_routing_each_run_rechecks_only_the_routing(fake):
+    """bench_decode.py's eager steps: the same five tensors and another routing each run.
+    The pointer checks run for what changed (all of them when c does), and a bad new
+    operand is still refused with its field named; tensors are never hashed."""
+    with MoeGemmPlan(8, 256, 512, capacity=100) as plan:
+        checked = _recording_checks(plan)
+        routing, a, b, c, sfa, sfb = _pointers()
+        tensors = {
+            "a": TorchLike(a, (100, 256), "uint8"),
+            "b": TorchLike(b, (8, 256, 256), "uint8"),
+            "c": TorchLike(c, (100, 256), "float16"),
+            "sfa": TorchLike(sfa, (1 << 16,), "uint8"),
+            "sfb": TorchLike(sfb, (8 * blocked_scale_bytes(256, 512),), "uint8"),
+        }
+        for t in tensors.values():  # run must not hash tensors (torch's __hash__ is Python)
+            t.__class__ = type("Unhashable", (TorchLike,), {"__hash__": None})
+        fixed = [tensors[f] for f in ("a", "b", "c", "sfa", "sfb")]
+        plan.run(*fixed, TorchLike(routing, (9,), "int32"))
+        assert sorted(checked) == sorted(RUN_FIELDS[:6])
+        for step in range(1, 4):  # a new routing tensor at a new address each run
+            checked.clear()
+            plan.run(*fixed, TorchLike(routing + 64 * step, (9,), "int32"))
+            assert checked == ["routing"]
+            assert struct.unpack_from("<Q", fake.copies[-1][1])[0] == routing + 64 * step
+        launches = len(fake.launches)
+        with pytest.raises(InvalidProblemError, match=r"^routing must be 4-byte aligned"):
+            plan.run(*fixed, TorchLike(routing + 2, (9,), "int32"))
+        with pytest.raises(InvalidProblemError, match=r"^c overlaps routing"):
+            plan.run(*fixed, TorchLike(c + 64, (9,), "int32"))
+        bad_shape = FakeArray(routing + 256, (8,), "<i4")  # described in full: named
+        with pytest.raises(InvalidProblemError, match=r"^routing must be int32 offsets\[E \+ 1\]"):
+            plan.run(*fixed, bad_shape)
+        assert len(fake.launches) == launches
+        # a tensor changed in place is read again: its new address is checked and used
+        tensors["sfa"]._pointer = sfa + 16
+        with pytest.raises(InvalidProblemError, match=r"^sfa must be 32-byte aligned"):
+            plan.run(*fixed, TorchLike(routing, (9,), "int32"))
+        tensors["sfa"]._pointer = c + 1024
+        with pytest.raises(InvalidProblemError, match=r"^c overlaps sfa"):
+            plan.run(*fixed, TorchLike(routing, (9,), "int32"))
+        tensors["sfa"]._pointer = sfa
+        tensors["c"]._contiguous = False  # no longer plainly fits: described (and named)
+        with pytest.raises(InvalidProblemError, match=r"^c: not described in this test"):
+            plan.run(*fixed, TorchLike(routing, (9,), "int32"))
+        tensors["c"]._contiguous = True
+        checked.clear()
+        tensors["c"]._pointer = c + (1 << 30)  # c moved: every overlap is checked again
+        plan.run(*fixed, TorchLike(routing, (9,), "int32"))
+        assert sorted(checked) == sorted(RUN_FIELDS[:6])
+        assert struct.unpack_from("<6Q", fake.copies[-1][1]) == (
+            routing,
+            a,
+            b,
+            c + (1 << 30),
+            sfa,
+            sfb,
+        )
