@@ -36,7 +36,7 @@ DTYPES = ("bfloat16", "float16")
 
 MAX_EXPERTS = 1024  # the kernel's shared-memory table of expert segments
 SEGMENT_BLOCKS = 128  # blocks per unit: 32 lanes x 4 blocks (2048 elements)
-CTAS_PER_SM = 4  # CTAs of 128 threads at 125 registers: all resident in one wave
+CTAS_PER_SM = 4  # CTAs of 128 threads at 116 registers: all resident in one wave
 INT32_MAX = 2**31 - 1
 
 # plan words (int64)

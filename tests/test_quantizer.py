@@ -68,13 +68,16 @@ def test_every_arch_has_one_quantizer_with_a_tiny_abi(arch):
 def test_the_block_ptx_follows_the_reference_rules():
     from nvfp4_aot.kernels import nvfp4_quantize as kernel  # PTX text only: no DSL run
 
-    for fp16, ptx in kernel._BLOCK_PTX.items():
-        assert ptx.count("div.rn.f32") == 2 and "div.full" not in ptx and "approx" not in ptx
-        assert ".ftz" not in ptx
-        assert ptx.count("mul.rn.f32 q,") == 16 and ptx.count("fma.rn.sat.f32") == 16 * 7
-        assert ptx.count("max.NaN.") == 8
-        assert "cvt.rn.satfinite.e4m3x2.f32" in ptx and "selp.b32 sfb, 127, sfb, pn;" in ptx
-        assert ("cvt.f32.f16 x0" in ptx) == fp16
+    for fp16 in (False, True):
+        scale, codes = kernel._SCALE_PTX[fp16], kernel._CODES_PTX[fp16]
+        for ptx in (scale, codes, kernel._MULTIPLIER_PTX):
+            assert "div.full" not in ptx and "approx" not in ptx and ".ftz" not in ptx
+        assert scale.count("div.rn.f32") == 1 and kernel._MULTIPLIER_PTX.count("div.rn.f32") == 1
+        assert "div" not in codes
+        assert codes.count("mul.rn.f32 q,") == 16 and codes.count("fma.rn.sat.f32") == 16 * 2
+        assert scale.count("max.NaN.") == 8
+        assert "cvt.rn.satfinite.e4m3x2.f32" in scale and "selp.b32 $0, 127, sfb, pn;" in scale
+        assert ("cvt.f32.f16 x" in codes) == fp16
 
 
 def _f32(pattern: str) -> np.float32:
@@ -82,26 +85,19 @@ def _f32(pattern: str) -> np.float32:
 
 
 def e2m1_code_of_the_kernel(q: np.ndarray) -> np.ndarray:
-    """The kernel's magnitude code of float32 q >= 0 (or NaN): seven saturating FMAs
-    with the constants baked into its PTX, summed onto 2^23."""
+    """The kernel's magnitude code of float32 q >= 0 (or NaN): its code PTX (three
+    saturated pieces rounded onto 2^23), interpreted."""
     from nvfp4_aot.kernels import nvfp4_quantize as kernel
 
     q = np.asarray(q, np.float32)
-    acc = np.full(q.shape, _f32(kernel._MAGIC), np.float32)
-    with np.errstate(all="ignore"):
-        for _threshold, _inclusive, scale, offset in kernel._STEPS:
-            # q * 2^b is exact; float64 holds q * 2^b + c exactly wherever it lands in
-            # [0, 1], so one rounding to float32 is fma.rn's
-            exact = q.astype(np.float64) * np.float64(_f32(scale)) + np.float64(_f32(offset))
-            step = exact.astype(np.float32)
-            acc = acc + np.where(np.isnan(step), np.float32(0), np.clip(step, 0, 1))
-    return (acc.view(np.int32) - _f32(kernel._MAGIC).view(np.int32)).astype(np.uint8)
+    result = PtxBlock(kernel._CODE_PTX).run({"$1": q.view(np.uint32)})
+    return result["$0"].astype(np.uint8)
 
 
 def test_the_kernels_e2m1_steps_are_the_reference_rounding():
     """Every float32 within 2^16 ulps of a threshold or grid point, 2^22 random ones in
-    [0, 8], and the specials (the whole of [0, 8], 1.09e9 values, was checked once with
-    NVFP4_AOT_EXHAUSTIVE=1)."""
+    [0, 8], and the specials (NVFP4_AOT_EXHAUSTIVE=1: every non-negative float32 and NaN
+    bit pattern, 2^31 values)."""
     from nvfp4_aot.quantize import float_to_fp4_rne_sat
 
     rng = np.random.default_rng(0)
@@ -111,9 +107,8 @@ def test_the_kernels_e2m1_steps_are_the_reference_rounding():
     chunks.append(rng.uniform(0, 8, 2**22).astype(np.float32))
     chunks.append(np.float32([0, 1e-45, 1e-38, 8.5, 100, 3e38, np.inf, np.nan]))
     if os.environ.get("NVFP4_AOT_EXHAUSTIVE") == "1":
-        top = int(np.float32(8).view(np.uint32)) + 1
-        chunks = [np.arange(s, min(s + 2**24, top), dtype=np.uint32).view(np.float32)
-                  for s in range(0, top, 2**24)] + chunks  # fmt: skip
+        chunks = [np.arange(s, s + 2**24, dtype=np.uint32).view(np.float32)
+                  for s in range(0, 2**31, 2**24)] + chunks  # fmt: skip
     for q in chunks:
         expected = float_to_fp4_rne_sat(q) & 7
         assert np.array_equal(e2m1_code_of_the_kernel(q), expected)
@@ -657,6 +652,19 @@ class PtxBlock:
         with np.errstate(all="ignore"):
             self.put_f32(d, self.f32(a) + self.f32(b))
 
+    def op_mul_rn_sat_f32(self, d, a, b):
+        with np.errstate(all="ignore"):
+            value = self.f32(a) * self.f32(b)
+            self.put_f32(d, np.where(np.isnan(value), np.float32(0), np.clip(value, 0, 1)))
+
+    def op_fma_rn_f32(self, d, a, b, c):
+        # exact in float64 for the kernel's operands (2^23 + 4 ca or t + 2 cb, c* in
+        # [0, 1]): a tie of the float32 rounding is within float64's reach of every
+        # float32 c* near it, so float64 rounds no value onto a tie it was not on
+        with np.errstate(all="ignore"):
+            exact = self.f32(a).astype(np.float64) * self.f32(b) + self.f32(c)
+            self.put_f32(d, exact.astype(np.float32))
+
     def op_fma_rn_sat_f32(self, d, a, b, c):
         with np.errstate(all="ignore"):  # exact in float64 wherever the result is in [0, 1]
             exact = self.f32(a).astype(np.float64) * self.f32(b) + self.f32(c)
@@ -745,14 +753,23 @@ def test_the_block_ptx_computes_the_reference_bytes(dtype):
     else:
         bits = (blocks.view(np.uint32) >> 16).astype(np.uint16)  # truncation keeps specials
     words = bits[:, 0::2].astype(np.uint64) | (bits[:, 1::2].astype(np.uint64) << np.uint64(16))
-    interpreter = PtxBlock(kernel._BLOCK_PTX[dtype == "float16"])
-    for g in (np.float32(1.0), np.float32(0.37), np.float32(3e-30), np.float32(2.5e36)):
-        inputs = {f"${3 + i}": words[:, i] for i in range(8)}
-        inputs["$11"] = np.full(len(blocks), g.view(np.uint32), np.uint64)
-        result = interpreter.run(inputs)
+    fp16 = dtype == "float16"
+    scale_ptx, codes_ptx = PtxBlock(kernel._SCALE_PTX[fp16]), PtxBlock(kernel._CODES_PTX[fp16])
+    multiplier = PtxBlock(kernel._MULTIPLIER_PTX)
+    for g in (np.float32(1.0), np.float32(0.37), np.float32(3e-30), np.float32(2.5e36),
+              np.float32(2.0**-116), np.float32(2.0**100)):  # fmt: skip
+        g_bits = g.view(np.uint32)
+        scale = scale_ptx.run(
+            {f"${1 + i}": words[:, i] for i in range(8)} | {"$9": np.full(len(blocks), g_bits)}
+        )
+        got_scales = (scale["$0"] & np.uint64(0xFF)).astype(np.uint8)
+        # the CTA's table: the multiplier of every scale byte
+        table = multiplier.run({"$1": np.arange(256), "$2": np.full(256, g_bits)})["$0"]
+        inputs = {f"${2 + i}": words[:, i] for i in range(8)}
+        inputs["$10"] = table[got_scales.astype(np.intp)]
+        result = codes_ptx.run(inputs)
         codes = np.stack([result["$0"], result["$1"]], axis=1).astype(np.uint32)
         got_packed = codes.view(np.uint8).reshape(len(blocks), 8)
-        got_scales = (result["$2"] & np.uint64(0xFF)).astype(np.uint8)
         q = quantize(bits if dtype == "bfloat16" else bits.view(np.float16), g)
         bad = np.nonzero((got_packed != q.packed).any(axis=1) | (got_scales != q.scales[:, 0]))[0]
         assert len(bad) == 0, (

@@ -6,12 +6,15 @@ formulas and the zero/inf/NaN rules), so the bytes are the reference's bytes:
 
     amax = max|x_i| (NaN-propagating)   s = (g * amax) / 6         mul.rn, div.rn
     sf   = e4m3_rn_satfinite(s), 0x7F if amax is NaN              cvt.rn.satfinite.e4m3x2
-    m    = g / e4m3(sf) if e4m3(sf) > 0 else 0                     div.rn
-    q_i  = #thresholds |x_i| * m passes (0.25 < .75 <= 1.25 < 1.75 <= 2.5 < 3.5 <= 5 <),
-           sign bit = the sign bit of x_i              mul.rn, seven fma.rn.sat steps
+    m    = g / e4m3(sf) if e4m3(sf) > 0 else 0                     div.rn (a CTA table)
+    q_i  = E2M1_rne_sat(|x_i| * m), sign bit = the sign bit of x_i
+           mul.rn, then three saturated pieces of q rounded onto 2^23 (_code_lines)
 
 The block math is inline PTX (no fast-math division, no flush to zero, no hardware E2M1
-conversion, which sm_90 lacks), the same instructions on every arch.
+conversion, which sm_90 lacks), the same instructions on every arch. m depends only on
+the scale byte, so each CTA divides g by all 256 E4M3 values once into shared memory and
+a block looks its multiplier up. E2M1 rounding is 8 FMA-pipe instructions an element
+(was 16: seven threshold steps and their sum), all exact: see _code_lines.
 
 Three forms (plan word ``Q_FORM``; :mod:`nvfp4_aot.quantize_layout` has the words):
 
@@ -28,14 +31,19 @@ offsets[e + 1] <= capacity, 0 <= masked_m[e] <= max_m), index entries to the inp
 rows, and the work is a fixed list of scale rows (the plan's buffer), so no routing can
 make the kernel read or write outside the buffers the plan checked.
 
-Work: a warp takes one unit (a scale row x a segment of 128 blocks) at a time, grid-
-stride; lane l owns blocks l, l + 32, l + 64, l + 96 of the segment: two 16-byte loads a
-block, an 8-byte store of codes, a scale byte. The loop is software-pipelined: the eight
-loads of the warp's next unit are issued before the current unit is quantized, so DRAM
-latency hides behind the math (the H200 measured 55-60 % of the copy bandwidth when each
-unit waited for its own loads). Each CTA first turns the contiguous offsets into the
-experts' scale segments in shared memory (a scan) and finds a row's expert by binary
+Work: a warp takes one unit (a scale row x a segment of 128 blocks) at a time; lane l
+owns blocks l, l + 32, l + 64, l + 96 of the segment: two 16-byte loads a block, an
+8-byte store of codes, a scale byte. The loop is software-pipelined: the eight loads of
+the warp's next unit are issued before the current unit is quantized, so DRAM latency
+hides behind the math. Round i of the grid's warps takes the next step units, warp w the
+one at (w + i) mod step, so that no warp (and no scheduler) always gets a row's short
+last segment (k = 7168: 3.5 segments). Each CTA first turns the contiguous offsets into
+the experts' scale segments in shared memory (a scan) and finds a row's expert by binary
 search there.
+
+The kernel is issue-bound, not memory-bound, unless the block math is cheap: per block
+of 16 elements it was about 380 SASS instructions (two IEEE divisions, 17 an element),
+now about 230 (sm_90a, 116 registers, 4 CTAs of 128 threads an SM).
 """
 
 import cutlass
@@ -94,42 +102,55 @@ ROW_NONE, ROW_TOKENS, ROW_PADDING = 0, 1, 2
 # ---------------------------------------------------------------------------------------
 
 _SIX = "0f40C00000"  # 6.0f, the largest E2M1 magnitude
-# E2M1 magnitude code of q = |x| * m >= 0: the number of thresholds q passes, where a
-# threshold below an even code counts with >= and one below an odd code with > (ties to
-# the even code). Each step is one saturating FMA on the FMA pipe (compares and integer
-# adds would load the half-rate ALU pipe): sat(q * 2^b + c) with 2^b = 1 / (the float32
-# spacing at the threshold T), c = -T * 2^b (">") or 1 - T * 2^b (">="), integers below
-# 2^24, so that the nearest q on either side of T gives exactly 0 or 1; NaN gives 0.
-# tests/test_quantizer.py checks these steps against the reference for every float32 in
-# [0, 8] (q > 8 passes all seven, as the reference's saturation does).
-_STEPS = (  # (threshold, >=, 2^b, c) as float32 bit patterns
-    (0.25, False, "0f4C000000", "0fCB000000"),
-    (0.75, True, "0f4B800000", "0fCB3FFFFF"),
-    (1.25, False, "0f4B000000", "0fCB200000"),
-    (1.75, True, "0f4B000000", "0fCB5FFFFF"),
-    (2.5, False, "0f4A800000", "0fCB200000"),
-    (3.5, True, "0f4A800000", "0fCB5FFFFF"),
-    (5.0, False, "0f4A000000", "0fCB200000"),
-)
+_HALF, _FOUR, _TWO = "0f3F000000", "0f40800000", "0f40000000"
+_MINUS_ONE, _MINUS_TWO = "0fBF800000", "0fC0000000"
 _MAGIC = "0f4B000000"  # 2^23: float32 bits of 2^23 + c are 0x4B000000 + c for 0 <= c < 2^23
 # sum over the 8 nibbles n of 0x4B000000 * 16^n (mod 2^32), subtracted once per word
 _MAGIC_NIBBLES = (0x4B000000 * 0x11111111) % 2**32
 
 
-def _block_ptx(fp16: bool) -> str:
-    """PTX quantizing one block: $3..$10 the 16 inputs as 8 x (2 x 16-bit) words, element
-    2i in the low half of word i; $11 g (float32 bits). Out: $0 codes of elements 0..7,
-    $1 of 8..15 (element 2j in the low nibble of byte j), $2 the E4M3 scale byte."""
-    words = [f"${3 + i}" for i in range(8)]
-    lines = [
-        "{",
-        ".reg .b32 a<8>, r<8>, x<16>, c<7>, amax, t, u, s, sfb, sfv, m, q, o0, o1, p01, p23, shi, slo;",
-        ".reg .b16 h, hl, hh;",
-        ".reg .pred pn, pp;",
+def _code_lines(q: str, out: str, j: int) -> list[str]:
+    """Add 16^j * (2^23 + the E2M1 magnitude code of float32 q >= 0 or NaN) to ``out``
+    (float32 bits, mod 2^32). The code is RNE(2 min(q, 2)) for q <= 2, 4 + RNE(q - 2) on
+    [2, 4] and 6 + RNE((q - 4) / 2) on [4, 6], saturating at 7: three saturated pieces
+    (exact: q / 2, q / 2 - 1 and q / 2 - 2 are representable where they are not clamped;
+    NaN gives 0), each rounded onto the integers by adding it to 2^23 + the integer the
+    pieces before it reached, whose parity is the E2M1 code's, so ties go to the even code.
+    All but the packing run on the FMA pipe (compares, selects and integer adds would load
+    the half-rate ALU pipe). tests/test_quantizer.py checks this against the reference for
+    every float32 near the ties (NVFP4_AOT_EXHAUSTIVE=1: all 2^31 of q >= 0 and NaN)."""
+    return [
+        f"mul.rn.sat.f32 ca, {q}, {_HALF};",  # min(q, 2) / 2
+        f"fma.rn.sat.f32 cb, {q}, {_HALF}, {_MINUS_ONE};",  # clamp(q - 2, 0, 2) / 2
+        f"fma.rn.sat.f32 cc, {q}, {_HALF}, {_MINUS_TWO};",  # clamp(q - 4, 0, 2) / 2
+        f"fma.rn.f32 t, ca, {_FOUR}, {_MAGIC};",  # 2^23 + RNE(2 min(q, 2))
+        f"fma.rn.f32 t, cb, {_TWO}, t;",  # + RNE(clamp(q - 2, 0, 2)), ties to even
+        "add.rn.f32 t, t, cc;",  # + RNE(clamp(q - 4, 0, 2) / 2) (0 or 1)
+        f"mad.lo.u32 {out}, t, {16**j}, {out};",
     ]
+
+
+def _code_ptx() -> str:
+    """PTX of one code (tests): $1 q (float32 bits) -> $0 its E2M1 magnitude code."""
+    lines = ["{", ".reg .b32 ca, cb, cc, t, o;", "mov.b32 o, 0;"]
+    lines += _code_lines("$1", "o", 0)
+    lines += ["sub.u32 o, o, 0x4B000000;", "mov.b32 $0, o;", "}"]
+    return "\n".join(lines)
+
+
+def _sign_clear(words):
+    return [f"and.b32 a{i}, {w}, 0x7FFF7FFF;" for i, w in enumerate(words)]
+
+
+def _scale_ptx(fp16: bool) -> str:
+    """PTX of a block's scale byte: $1..$8 the 16 inputs as 8 x (2 x 16-bit) words,
+    element 2i in the low half of word i; $9 g (float32 bits). Out: $0 the E4M3 byte."""
+    words = [f"${1 + i}" for i in range(8)]
+    lines = ["{", ".reg .b32 a<8>, r<4>, t, amax, s, sfb;", ".reg .b16 h, hl, hh;",
+             ".reg .pred pn;"]  # fmt: skip
     # amax over |x|: clear both sign bits, packed NaN-propagating max (exact: a max is a
     # selection), then the larger half as float32
-    lines += [f"and.b32 a{i}, {w}, 0x7FFF7FFF;" for i, w in enumerate(words)]
+    lines += _sign_clear(words)
     vmax = "max.NaN.f16x2" if fp16 else "max.NaN.bf16x2"
     lines += [f"{vmax} r{i}, a{2 * i}, a{2 * i + 1};" for i in range(4)]
     lines += [f"{vmax} r0, r0, r1;", f"{vmax} r2, r2, r3;", f"{vmax} r0, r0, r2;"]
@@ -140,47 +161,54 @@ def _block_ptx(fp16: bool) -> str:
     lines += [
         "max.NaN.f32 amax, amax, t;",
         # s = (g * amax) / 6, two IEEE roundings
-        "mul.rn.f32 s, $11, amax;",
+        "mul.rn.f32 s, $9, amax;",
         f"div.rn.f32 s, s, {_SIX};",
         # the scale byte: RNE onto E4M3, > 448 and +inf saturate to 448; NaN -> 0x7F
         "cvt.rn.satfinite.e4m3x2.f32 h, s, s;",
         "cvt.u32.u16 sfb, h;",
         "and.b32 sfb, sfb, 255;",
         "setp.nan.f32 pn, amax, amax;",
-        "selp.b32 sfb, 127, sfb, pn;",
-        # its value (exact in FP16), from the byte itself: the NaN byte gives NaN
-        "shl.b32 t, sfb, 8;",
-        "or.b32 t, t, sfb;",
-        "cvt.u16.u32 h, t;",
-        "cvt.rn.f16x2.e4m3x2 u, h;",
-        "mov.b32 {hl, hh}, u;",
-        "cvt.f32.f16 sfv, hl;",
-        # m = g / sf, or 0 where sf is 0 or NaN
-        "div.rn.f32 m, $11, sfv;",
-        "setp.gt.f32 pp, sfv, 0f00000000;",
-        "selp.b32 m, m, 0, pp;",
-        "mov.b32 o0, 0;",
-        "mov.b32 o1, 0;",
+        "selp.b32 $0, 127, sfb, pn;",
+        "}",
     ]
-    for i in range(8):  # |x| as float32 (exact), from the sign-cleared words
+    return "\n".join(lines)
+
+
+# m = g / e4m3(sf) if e4m3(sf) > 0 else 0, for a scale byte $1 and g $2 (float32 bits)
+_MULTIPLIER_PTX = """{
+.reg .b32 t, u, sfv, m;
+.reg .b16 h, hl, hh;
+.reg .pred pp;
+shl.b32 t, $1, 8;
+or.b32 t, t, $1;
+cvt.u16.u32 h, t;
+cvt.rn.f16x2.e4m3x2 u, h;
+mov.b32 {hl, hh}, u;
+cvt.f32.f16 sfv, hl;
+div.rn.f32 m, $2, sfv;
+setp.gt.f32 pp, sfv, 0f00000000;
+selp.b32 $0, m, 0, pp;
+}"""
+
+
+def _codes_ptx(fp16: bool) -> str:
+    """PTX of a block's codes: $2..$9 the words as for the scale, $10 its multiplier m
+    (float32 bits). Out: $0 codes of elements 0..7, $1 of 8..15 (element 2j in the low
+    nibble of byte j)."""
+    words = [f"${2 + i}" for i in range(8)]
+    lines = ["{", ".reg .b32 a<8>, x, q, ca, cb, cc, t, o0, o1, p01, p23, shi, slo;",
+             ".reg .b16 hl, hh;", "mov.b32 o0, 0;", "mov.b32 o1, 0;"]  # fmt: skip
+    lines += _sign_clear(words)
+    for j in range(16):  # |x| as float32 (exact), q = |x| * m, its code
+        i, high = divmod(j, 2)
         if fp16:
-            lines += [
-                f"mov.b32 {{hl, hh}}, a{i};",
-                f"cvt.f32.f16 x{2 * i}, hl;",
-                f"cvt.f32.f16 x{2 * i + 1}, hh;",
-            ]
+            lines += [f"mov.b32 {{hl, hh}}, a{i};", f"cvt.f32.f16 x, {'hh' if high else 'hl'};"]
+        elif high:
+            lines.append(f"and.b32 x, a{i}, 0xFFFF0000;")
         else:
-            lines += [f"shl.b32 x{2 * i}, a{i}, 16;", f"and.b32 x{2 * i + 1}, a{i}, 0xFFFF0000;"]
-    for j in range(16):  # magnitude codes, accumulated as 2^23 + code (exact)
-        out = "o0" if j < 8 else "o1"
-        lines.append(f"mul.rn.f32 q, x{j}, m;")
-        lines += [
-            f"fma.rn.sat.f32 c{i}, q, {scale}, {offset};"
-            for i, (_t, _ge, scale, offset) in enumerate(_STEPS)
-        ]
-        lines += [f"add.rn.f32 t, c0, {_MAGIC};"]
-        lines += [f"add.rn.f32 t, t, c{i};" for i in range(1, 7)]
-        lines.append(f"mad.lo.u32 {out}, t, {16 ** (j % 8)}, {out};")
+            lines.append(f"shl.b32 x, a{i}, 16;")
+        lines.append("mul.rn.f32 q, x, $10;")
+        lines += _code_lines("q", "o0" if j < 8 else "o1", j % 8)
     lines += [f"sub.u32 o0, o0, {_MAGIC_NIBBLES};", f"sub.u32 o1, o1, {_MAGIC_NIBBLES};"]
     for out, group in (("o0", words[:4]), ("o1", words[4:])):
         # sign bits: the inputs' bits 15 (even element) and 31 (odd element) go to bits
@@ -196,11 +224,13 @@ def _block_ptx(fp16: bool) -> str:
             f"or.b32 {out}, {out}, shi;",
             f"or.b32 {out}, {out}, slo;",
         ]
-    lines += ["mov.b32 $0, o0;", "mov.b32 $1, o1;", "mov.b32 $2, sfb;", "}"]
+    lines += ["mov.b32 $0, o0;", "mov.b32 $1, o1;", "}"]
     return "\n".join(lines)
 
 
-_BLOCK_PTX = {False: _block_ptx(False), True: _block_ptx(True)}
+_SCALE_PTX = {False: _scale_ptx(False), True: _scale_ptx(True)}
+_CODES_PTX = {False: _codes_ptx(False), True: _codes_ptx(True)}
+_CODE_PTX = _code_ptx()
 
 # A predicated 16-byte load through the read-only path; zeros where the predicate is 0.
 _LOAD_PTX = """{
@@ -263,11 +293,24 @@ def store_u8(address: cutlass.Int64, value: cutlass.Int32, *, loc=None, ip=None)
 
 
 @dsl_user_op
-def quantize_block(words, g_bits: cutlass.Int32, fp16: bool, *, loc=None, ip=None):
-    """(codes of elements 0..7, codes of 8..15, scale byte) of one 16-element block."""
+def block_scale(words, g_bits: cutlass.Int32, fp16: bool, *, loc=None, ip=None):
+    """The E4M3 scale byte of one 16-element block (8 words) for global scale ``g_bits``."""
     operands = [_i32(w, loc, ip) for w in words] + [_i32(g_bits, loc, ip)]
-    constraints = "=r,=r,=r," + ",".join(["r"] * 9)
-    return _asm(3, _BLOCK_PTX[fp16], constraints, operands, False, loc, ip)
+    return _asm(1, _SCALE_PTX[fp16], "=r," + ",".join(["r"] * 9), operands, False, loc, ip)[0]
+
+
+@dsl_user_op
+def block_codes(words, m_bits: cutlass.Int32, fp16: bool, *, loc=None, ip=None):
+    """(codes of elements 0..7, codes of 8..15) of one block for its multiplier m."""
+    operands = [_i32(w, loc, ip) for w in words] + [_i32(m_bits, loc, ip)]
+    return _asm(2, _CODES_PTX[fp16], "=r,=r," + ",".join(["r"] * 9), operands, False, loc, ip)
+
+
+@dsl_user_op
+def multiplier(scale_byte: cutlass.Int32, g_bits: cutlass.Int32, *, loc=None, ip=None):
+    """m = g / e4m3(scale_byte), 0 where that is not > 0 (float32 bits)."""
+    operands = [_i32(scale_byte, loc, ip), _i32(g_bits, loc, ip)]
+    return _asm(1, _MULTIPLIER_PTX, "=r,r,r", operands, False, loc, ip)[0]
 
 
 # ---------------------------------------------------------------------------------------
@@ -409,14 +452,17 @@ def load_unit(words: cute.Tensor, half: cutlass.Constexpr[int], x, row_stride, k
 
 
 @cute.jit
-def store_unit(words: cute.Tensor, fp16: cutlass.Constexpr[bool], g_bits, out, out_row_bytes,
-               scales, col_tiles, kind, out_row, s, segment, lane, blocks, blocks_padded):  # fmt: skip
+def store_unit(words: cute.Tensor, fp16: cutlass.Constexpr[bool], g_bits, s_mult, out,
+               out_row_bytes, scales, col_tiles, kind, out_row, s, segment, lane, blocks,
+               blocks_padded):  # fmt: skip
     """Quantize the unit held in words[0 .. 32] and store its codes and scale bytes (zero
-    scales for a padding row)."""
-    # the blocked-scale byte of (s, block b) is sf_row + (b // 4) * 512 + b % 4
-    s64 = cutlass.Int64(s)
+    scales for a padding row); a block's multiplier g / sf comes from the CTA's table."""
+    # the blocked-scale byte of (s, block b) is sf_row + (b // 4) * 512 + b % 4 (s, b >= 0:
+    # shifts and masks, not signed divisions)
     sf_row = (
-        scales + (s64 // SF_ROWS) * col_tiles * 512 + (s64 % 32) * 16 + ((s64 % SF_ROWS) // 32) * 4
+        scales
+        + cutlass.Int64(s >> 7) * col_tiles * 512
+        + cutlass.Int64((s & 31) * 16 + ((s >> 5) & 3) * 4)
     )
     first_block = segment * SEGMENT_BLOCKS + lane
     if kind == ROW_TOKENS:
@@ -425,22 +471,29 @@ def store_unit(words: cute.Tensor, fp16: cutlass.Constexpr[bool], g_bits, out, o
             b = first_block + 32 * j
             if b < blocks_padded:
                 block = [words[8 * j + i] for i in range(8)]
-                lo, hi, sf = quantize_block(block, g_bits, fp16)
+                sf = block_scale(block, g_bits, fp16)
+                lo, hi = block_codes(block, s_mult[sf], fp16)
                 if b < blocks:
                     store_v2(out_row_address + cutlass.Int64(b) * 8, lo, hi)
-                store_u8(sf_row + cutlass.Int64(b // 4 * 512 + b % 4), sf)
+                store_u8(sf_row + cutlass.Int64((b >> 2) * 512 + (b & 3)), sf)
     elif kind == ROW_PADDING:
         for j in cutlass.range_constexpr(BLOCKS_PER_LANE):
             b = first_block + 32 * j
             if b < blocks_padded:
-                store_u8(sf_row + cutlass.Int64(b // 4 * 512 + b % 4), cutlass.Int32(0))
+                store_u8(sf_row + cutlass.Int64((b >> 2) * 512 + (b & 3)), cutlass.Int32(0))
 
 
 @cute.jit
-def quantize_units(plan, run, form, s_seg, s_first, s_rows, fp16: cutlass.Constexpr[bool]):
-    """The warp's units, grid-stride, software-pipelined: the loads of the next unit are
-    issued before the current one is quantized, so that every warp keeps its 4 KB of
-    loads in flight while it computes (DRAM latency is otherwise exposed once a unit)."""
+def quantize_units(plan, run, form, s_seg, s_first, s_rows, s_mult,
+                   fp16: cutlass.Constexpr[bool]):  # fmt: skip
+    """The warp's units, software-pipelined: the loads of the next unit are issued
+    before the current one is quantized, so that every warp keeps its 4 KB of loads in
+    flight while it computes (DRAM latency is otherwise exposed once a unit).
+
+    Round i of the grid's warps takes units i * step .. (i + 1) * step, warp w the one at
+    (w + i) mod step: with step a multiple of the segments, a warp that always took the
+    same segment would always take the short last one of a row (and warps w, w + 4, ...
+    share a scheduler); rotating spreads every segment over every warp."""
     tidx, _, _ = cute.arch.thread_idx()
     cta, _, _ = cute.arch.block_idx()
     ctas, _, _ = cute.arch.grid_dim()
@@ -456,29 +509,36 @@ def quantize_units(plan, run, form, s_seg, s_first, s_rows, fp16: cutlass.Conste
     x = run[R_X]
     out = run[R_OUT]
     scales = run[R_SCALES]
+    words = cute.make_rmem_tensor(2 * 8 * BLOCKS_PER_LANE, cutlass.Int32)  # [this | next]
+    step = ctas * WARPS
+    position = cta * WARPS + warp  # (w + i) mod step
+    kind, in_row, out_row, s, segment = unit_row(
+        plan, run, position, units, segments, form, s_seg, s_first, s_rows
+    )
+    load_unit(words, 0, x, row_stride, kind, in_row, segment, lane, blocks)
+    # while those loads fly: the multiplier g / sf of every scale byte, once per CTA (a
+    # block looks its one up instead of dividing)
     g_bits = cute.make_tensor(
         cute.make_ptr(cutlass.Int32, run[R_GLOBAL_SCALE], cute.AddressSpace.gmem, assumed_align=4),
         cute.make_layout(1),
     )[0]
-    words = cute.make_rmem_tensor(2 * 8 * BLOCKS_PER_LANE, cutlass.Int32)  # [this | next]
-    unit = cta * WARPS + warp
-    step = ctas * WARPS
-    kind, in_row, out_row, s, segment = unit_row(
-        plan, run, unit, units, segments, form, s_seg, s_first, s_rows
-    )
-    load_unit(words, 0, x, row_stride, kind, in_row, segment, lane, blocks)
-    iterations = (units - unit + step - 1) // step
-    for _iteration in cutlass.range(0, iterations, 1, unroll=1):
-        next_unit = unit + step
+    for i in cutlass.range_constexpr(256 // THREADS):
+        s_mult[tidx + THREADS * i] = multiplier(tidx + THREADS * i, g_bits)
+    cute.arch.barrier()
+    base = cutlass.Int32(0)
+    for _round in cutlass.range(0, (units + step - 1) // step, 1, unroll=1):
+        base = base + step
+        position = position + 1
+        if position == step:
+            position = cutlass.Int32(0)
         next_kind, next_in, next_out, next_s, next_segment = unit_row(
-            plan, run, next_unit, units, segments, form, s_seg, s_first, s_rows
+            plan, run, base + position, units, segments, form, s_seg, s_first, s_rows
         )
         load_unit(words, 1, x, row_stride, next_kind, next_in, next_segment, lane, blocks)
-        store_unit(words, fp16, g_bits, out, out_row_bytes, scales, col_tiles, kind, out_row,
-                   s, segment, lane, blocks, blocks_padded)  # fmt: skip
+        store_unit(words, fp16, g_bits, s_mult, out, out_row_bytes, scales, col_tiles, kind,
+                   out_row, s, segment, lane, blocks, blocks_padded)  # fmt: skip
         for i in cutlass.range_constexpr(8 * BLOCKS_PER_LANE):
             words[i] = words[8 * BLOCKS_PER_LANE + i]
-        unit = next_unit
         kind = next_kind
         in_row = next_in
         out_row = next_out
@@ -498,20 +558,22 @@ def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer):
         first_rows: cute.struct.MemRange[cutlass.Int32, MAX_EXPERTS]
         expert_rows: cute.struct.MemRange[cutlass.Int32, MAX_EXPERTS]
         warp_totals: cute.struct.MemRange[cutlass.Int32, WARPS]
+        multipliers: cute.struct.MemRange[cutlass.Int32, 256]
 
     storage = SmemAllocator().allocate(SharedStorage)
     s_seg = storage.segment_rows.get_tensor(cute.make_layout(MAX_EXPERTS + 1))
     s_first = storage.first_rows.get_tensor(cute.make_layout(MAX_EXPERTS))
     s_rows = storage.expert_rows.get_tensor(cute.make_layout(MAX_EXPERTS))
     s_warp = storage.warp_totals.get_tensor(cute.make_layout(WARPS))
+    s_mult = storage.multipliers.get_tensor(cute.make_layout(256))
 
     form = cutlass.Int32(plan[Q_FORM])
     if form == FORM_CONTIGUOUS:
         expert_segments(plan, run, s_seg, s_first, s_rows, s_warp, tidx)
     if plan[Q_FP16] != 0:
-        quantize_units(plan, run, form, s_seg, s_first, s_rows, True)
+        quantize_units(plan, run, form, s_seg, s_first, s_rows, s_mult, True)
     else:
-        quantize_units(plan, run, form, s_seg, s_first, s_rows, False)
+        quantize_units(plan, run, form, s_seg, s_first, s_rows, s_mult, False)
 
 
 @cute.jit
