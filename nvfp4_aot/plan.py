@@ -231,10 +231,10 @@ class GroupedGemmPlan(LaunchedPlan):
     def set_graph_pointers(self, a, b, c, sfa, sfb, alpha=None) -> None:
         """Point the next replay of a CUDA graph that captured :meth:`run` at new operands.
 
-        Validates like :meth:`run` and rewrites the graph slot's pinned staging, which the
-        graph's copy node reads when it replays. Call it only while no replay of the graph
-        is pending (e.g. after synchronising the stream it was launched on): a replay in
-        flight may otherwise read half-written tables.
+        Validates like :meth:`run` and rewrites the graph slot's table on the device, which
+        the graph's launches read when it replays. Call it only while no replay of the
+        graph is pending (e.g. after synchronising the stream it was launched on): a replay
+        in flight may otherwise read half-written tables.
         """
         flat, _producers = self._intake.pointers(a, b, c, sfa, sfb, 0, alpha)
         self._launcher.stage_graph(self._tables.table(tuple(flat)))
