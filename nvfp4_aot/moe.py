@@ -146,9 +146,7 @@ class MoeGemmPlan(LaunchedPlan):
                 f"rows_per_expert must be a number >= 0, got {rows_per_expert!r}"
             )
         #: the GEMM kernel family this plan runs (by n, k and the rows per expert expected)
-        self.family = selection.choose_family(
-            gemms, [(rows_per_expert, n, k)], kernel, rows_per_group=rows_per_expert
-        )
+        self.family = selection.choose_family(gemms, [(rows_per_expert, n, k)], kernel)
         by_groups = {v.num_groups: v for v in gemms if v.family == self.family}
         #: where the launches, words, tables and workspaces lie (:mod:`nvfp4_aot.moe_layout`)
         self.layout = MoeLayout.build(

@@ -58,17 +58,12 @@ def expected_rows(problem_sizes) -> float:
     return sum(m * n * k for m, n, k, *_ in problem_sizes) / weight if weight else 0.0
 
 
-def choose_family(
-    variants: list[Variant],
-    problem_sizes,
-    requested: str | None = None,
-    rows_per_group: float | None = None,
-) -> str:
+def choose_family(variants: list[Variant], problem_sizes, requested: str | None = None) -> str:
     """The family a plan over ``problem_sizes`` uses among ``variants`` (one device's).
 
-    ``requested`` forces a family; it must be one of those baked for the device.
-    ``rows_per_group`` is the rows each group is expected to hold when the sizes are not
-    known on the host (a MoE plan's routing); by default :func:`expected_rows`.
+    ``requested`` forces a family; it must be one of those baked for the device. A plan
+    whose sizes the host does not know (a MoE plan: the routing is on the GPU) passes one
+    group of the rows it expects.
     """
     families: dict[str, list[Variant]] = {}
     for v in variants:
@@ -80,7 +75,7 @@ def choose_family(
                 f"{', '.join(sorted(families))}"
             )
         return requested
-    rows = expected_rows(problem_sizes) if rows_per_group is None else rows_per_group
+    rows = expected_rows(problem_sizes)
     tile_m = {f: vs[0].tile_mnk[0] for f, vs in families.items()}
     plain = [f for f, vs in families.items() if not decodes_activations_once(vs)]
     if plain:
