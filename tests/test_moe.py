@@ -345,19 +345,26 @@ class TorchLike:
         return (2, 0)
 
 
+def _torch_operands(fp4_dtype: str, scale_dtype: str) -> dict:
+    """Torch-like A, B, C, SFA, SFB of an (E 8, n 256, k 512, capacity 100) plan at
+    ``_pointers()``, B in ``fp4_dtype`` and SFA in ``scale_dtype``."""
+    _routing, a, b, c, sfa, sfb = _pointers()
+    return {
+        "a": TorchLike(a, (100, 256), "uint8"),
+        "b": TorchLike(b, (8, 256, 256), fp4_dtype),
+        "c": TorchLike(c, (100, 256), "float16"),
+        "sfa": TorchLike(sfa, (1 << 16,), scale_dtype),
+        "sfb": TorchLike(sfb, (8 * blocked_scale_bytes(256, 512),), "uint8"),
+    }
+
+
 def test_torch_tensors_take_the_attribute_fast_path(fake):
     """Tensors that plainly fit go straight to their data_ptr (no DLPack capsule); one
     that does not (wrong dtype, not contiguous) is described in full, which names it."""
     with MoeGemmPlan(8, 256, 512, capacity=100) as plan:
         routing, a, b, c, sfa, sfb = _pointers()
-        tensors = {
-            "a": TorchLike(a, (100, 256), "uint8"),
-            "b": TorchLike(b, (8, 256, 256), "float4_e2m1fn_x2"),
-            "c": TorchLike(c, (100, 256), "float16"),
-            "sfa": TorchLike(sfa, (1 << 16,), "float8_e4m3fn"),
-            "sfb": TorchLike(sfb, (8 * blocked_scale_bytes(256, 512),), "uint8"),
-            "routing": TorchLike(routing, (9,), "int32"),
-        }
+        tensors = _torch_operands("float4_e2m1fn_x2", "float8_e4m3fn")
+        tensors["routing"] = TorchLike(routing, (9,), "int32")
         order = ("a", "b", "c", "sfa", "sfb", "routing")
         plan.run(*(tensors[f] for f in order), stream=3)
         assert not any(t.described for t in tensors.values())
@@ -388,13 +395,7 @@ def test_a_new_routing_each_run_rechecks_only_the_routing(fake):
     with MoeGemmPlan(8, 256, 512, capacity=100) as plan:
         checked = _recording_checks(plan)
         routing, a, b, c, sfa, sfb = _pointers()
-        tensors = {
-            "a": TorchLike(a, (100, 256), "uint8"),
-            "b": TorchLike(b, (8, 256, 256), "uint8"),
-            "c": TorchLike(c, (100, 256), "float16"),
-            "sfa": TorchLike(sfa, (1 << 16,), "uint8"),
-            "sfb": TorchLike(sfb, (8 * blocked_scale_bytes(256, 512),), "uint8"),
-        }
+        tensors = _torch_operands("uint8", "uint8")
         for t in tensors.values():  # run must not hash tensors (torch's __hash__ is Python)
             t.__class__ = type("Unhashable", (TorchLike,), {"__hash__": None})
         fixed = [tensors[f] for f in ("a", "b", "c", "sfa", "sfb")]
