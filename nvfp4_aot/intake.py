@@ -52,14 +52,21 @@ def describe(g: int, field: str, obj, stream: int) -> DeviceArray:
         raise InvalidProblemError(f"group {g}: {field}: {exc}") from exc
 
 
-def array_pointer(field: str, obj, stream: int, launch_stream: int, producers, check) -> int:
+def array_pointer(
+    field: str, obj, stream: int, launch_stream: int, producers, device: int, check
+) -> int:
     """The device address of array operand ``field`` of a whole-array plan (MoE,
-    quantizer) after ``check(field, array)``; a producer stream it names
-    (``__cuda_array_interface__`` v3) other than ``launch_stream`` joins ``producers``."""
+    quantizer, a per-group plan's alpha) once it is on ``device`` and passes
+    ``check(field, array)``; a producer stream it names (``__cuda_array_interface__`` v3)
+    other than ``launch_stream`` joins ``producers``."""
     try:
         array = device_array(obj, stream)
     except (TypeError, ValueError) as exc:
         raise InvalidProblemError(f"{field}: {exc}") from exc
+    if array.device is not None and array.device != device:
+        raise InvalidProblemError(
+            f"{field} is on device {array.device}, the plan runs on device {device}"
+        )
     check(field, array)
     if array.stream is not None and array.stream != launch_stream:
         producers.add(array.stream)
@@ -159,20 +166,15 @@ class OperandIntake:
         pointer = torch_pointer(obj, TORCH_ALPHA_DTYPES, self.device, None, 4 * self.count)
         if pointer is not None:
             return pointer
-        try:
-            array = device_array(obj, stream)
-        except (TypeError, ValueError) as exc:
-            raise InvalidProblemError(f"alpha: {exc}") from exc
-        if array.device is not None and array.device != self.device:
-            raise InvalidProblemError(
-                f"alpha is on device {array.device}, the plan runs on device {self.device}"
-            )
+        launch_stream = 1 if stream == 0 else stream
+        return array_pointer(
+            "alpha", obj, stream, launch_stream, producers, self.device, self._check_alpha_array
+        )
+
+    def _check_alpha_array(self, field: str, array) -> None:
         problem = check_alpha(array, self.count)
         if problem:
-            raise InvalidProblemError(f"alpha {problem}")
-        if array.stream is not None and array.stream != (1 if stream == 0 else stream):
-            producers.add(array.stream)
-        return array.pointer
+            raise InvalidProblemError(f"{field} {problem}")
 
     def check_pointers(self, flat) -> None:
         """Every pointer an int, non-null, 32-byte aligned (alpha: 4), inside the int64

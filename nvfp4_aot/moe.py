@@ -228,15 +228,12 @@ class MoeGemmPlan(LaunchedPlan):
             for i, (field, obj) in enumerate(zip(self._fields, operands)):
                 if pointers[i] is None:
                     pointers[i] = array_pointer(
-                        field, obj, stream, launch_stream, producers, self._check_array
-                    )
+                        field, obj, stream, launch_stream, producers, self.device,
+                        self._check_array,
+                    )  # fmt: skip
         return tuple(pointers), producers
 
     def _check_array(self, field: str, array) -> None:
-        if array.device is not None and array.device != self.device:
-            raise InvalidProblemError(
-                f"{field} is on device {array.device}, the plan runs on device {self.device}"
-            )
         if array.shape is not None:
             problem = self._array_problem(field, array)
             if problem:

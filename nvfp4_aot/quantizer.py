@@ -156,15 +156,13 @@ class QuantizePlan(LaunchedPlan):
                 pointers.append(obj)
                 continue
             pointers.append(
-                array_pointer(field, obj, stream, launch_stream, producers, self._check_array)
+                array_pointer(
+                    field, obj, stream, launch_stream, producers, self.device, self._check_array
+                )
             )
         return tuple(pointers), producers
 
     def _check_array(self, field: str, array) -> None:
-        if array.device is not None and array.device != self.device:
-            raise InvalidProblemError(
-                f"{field} is on device {array.device}, the plan runs on device {self.device}"
-            )
         if field in _OUTPUTS and array.readonly:
             raise InvalidProblemError(f"{field} is read-only")
         if array.shape is not None:
