@@ -36,7 +36,7 @@ def test_bench_case_runs_end_to_end(cpu_cuda):
     committed = loader.load_manifest()
     fake = FakeDriver(capability=(9, 0), kernel_params=kernel_params_of(committed))
     with installed(fake):
-        experts, n, k, tokens = 130, 128, 256, 8  # two GEMM launches (120 + 10 experts)
+        experts, n, k, tokens = 300, 128, 256, 8  # two GEMM launches (256 + 44 experts)
         weights = bench_decode.make_weights(experts, n, k, torch.device("cpu"))
         args = SimpleNamespace(seed=0, kernel=None, pointers=True, steps=12)
         row = bench_decode.bench_case(
@@ -47,7 +47,7 @@ def test_bench_case_runs_end_to_end(cpu_cuda):
     assert 8 <= row["experts_hit"] <= 64 and row["mem_floor_us"] > 0
     assert set(row["targets"]) == {"floor", "speedup_2x", "not_slower", "host"}
     table = bench_decode.markdown([row])
-    assert table.count("\n") == 2 and "| 130 | 128, 256 | 8 |" in table
+    assert table.count("\n") == 2 and "| 300 | 128, 256 | 8 |" in table
     assert bench_decode.summary([row]).startswith("1 configurations, 1 decode")
 
 
