@@ -59,7 +59,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import GpuHold, copy_bandwidth, random_scales, time_graph, time_steps  # noqa: E402
+from bench_common import GpuHold, copy_bandwidth, random_scales, time_steps  # noqa: E402
 from bench_moe import (  # noqa: E402
     EAGER_POOL,
     TOP_K,
@@ -107,22 +107,8 @@ def bench_case(experts, n, k, tokens, weights, copy_bps, hold, args, device) -> 
     row["eager_minus_graph_us"] = row["ours_eager_us"] - row["ours_graph_us"]
     row["host_pointers_us"] = host_with_pointers(plan, case.tensors, sample, case.stream, steps)
 
-    try:
-        torch_graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(torch_graph):
-            case.grouped_mm()
-        times, starved = time_steps(case.router, lambda _i: torch_graph.replay(), steps, hold)
-        row["grouped_mm_graph_us"] = statistics.median(times)
-        row["starved_chunks"] += starved
-    except RuntimeError as exc:
-        row["grouped_mm_error"] = str(exc).splitlines()[0][:160]
-
-    dense_out = torch.empty(rows, n, dtype=torch.bfloat16, device=device)
-    dense = time_graph(
-        lambda _: torch.matmul(case.a16, case.weights16[0].T, out=dense_out), [None],
-        max(30, steps),
-    )  # fmt: skip
-    row["dense_bf16_us"] = statistics.median(dense) * 1e3
+    case.time_grouped_mm_graph(row, steps, hold)
+    row["dense_bf16_us"] = case.dense_bf16_us(n, max(30, steps))
     row["ours_over_floor"] = row["ours_graph_us"] / row["mem_floor_us"]
     if "grouped_mm_graph_us" in row:
         row["grouped_mm_over_ours"] = row["grouped_mm_graph_us"] / row["ours_graph_us"]

@@ -259,6 +259,27 @@ class MoeCase:
     def grouped_mm(self) -> None:
         torch._grouped_mm(self.a16, self.weights16_t, offs=self.router.ends)
 
+    def time_grouped_mm_graph(self, row: dict, steps: int, hold) -> None:
+        """``torch._grouped_mm`` captured once and replayed after new routings: its median
+        µs (or its error) and the starved chunks into ``row``."""
+        try:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self.grouped_mm()
+            times, starved = time_steps(self.router, lambda _i: graph.replay(), steps, hold)
+            row["grouped_mm_graph_us"] = statistics.median(times)
+            row["starved_chunks"] += starved
+        except RuntimeError as exc:
+            row["grouped_mm_error"] = str(exc).splitlines()[0][:160]
+
+    def dense_bf16_us(self, n: int, repeats: int) -> float:
+        """Median µs of dense cuBLAS BF16 with the same FLOPs: (rows, k) x (k, n)."""
+        out = torch.empty(self.rows, n, dtype=torch.bfloat16, device=self.a16.device)
+        times = time_graph(
+            lambda _: torch.matmul(self.a16, self.weights16[0].T, out=out), [None], repeats
+        )
+        return statistics.median(times) * 1e3
+
 
 def bench_case(name, experts, n, k, tokens, weights, copy_bps, hold, args, device) -> dict:
     case = MoeCase(experts, n, k, tokens, weights, args, device)
@@ -300,21 +321,11 @@ def bench_case(name, experts, n, k, tokens, weights, copy_bps, hold, args, devic
     row["syncs"] = sync_check(step_ours, hold)
     try:
         row["torch_step_eager_us"] = statistics.median(eager_wall(step_torch, steps)[0])
-        torch_graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(torch_graph):
-            case.grouped_mm()
-        times, starved = time_steps(router, lambda _i: torch_graph.replay(), steps, hold)
-        row["grouped_mm_graph_us"] = statistics.median(times)
-        row["starved_chunks"] += starved
     except RuntimeError as exc:
         row["grouped_mm_error"] = str(exc).splitlines()[0][:160]
-
-    dense_out = torch.empty(rows, n, dtype=torch.bfloat16, device=device)
-    dense_times = time_graph(
-        lambda _: torch.matmul(case.a16, case.weights16[0].T, out=dense_out), [None],
-        max(50, steps),
-    )  # fmt: skip
-    row["dense_bf16_us"] = statistics.median(dense_times) * 1e3
+    else:
+        case.time_grouped_mm_graph(row, steps, hold)
+    row["dense_bf16_us"] = case.dense_bf16_us(n, max(50, steps))
     row["flops"] = 2 * rows * n * k
     row["ours_tflops"] = row["flops"] / (row["ours_graph_us"] * 1e-6) / 1e12
     plan.close()
