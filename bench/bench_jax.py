@@ -127,6 +127,12 @@ def layers(jax, repeats: int) -> list[dict]:
     return rows
 
 
+def _print_rows(rows) -> None:
+    for row in rows:
+        cells = (f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
+        print("  " + ", ".join(cells), flush=True)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=100)
@@ -139,24 +145,10 @@ def main(argv=None) -> int:
     flags = os.environ.get("XLA_FLAGS", "")
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}, XLA_FLAGS={flags!r}", flush=True)
     rows = per_call(jax, args.repeats)
-    for row in rows:
-        print(
-            "  "
-            + ", ".join(
-                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
-            ),
-            flush=True,
-        )
+    _print_rows(rows)
     if not args.skip_layers:
         layer_rows = layers(jax, args.repeats)
-        for row in layer_rows:
-            print(
-                "  "
-                + ", ".join(
-                    f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
-                ),
-                flush=True,
-            )
+        _print_rows(layer_rows)
         rows += layer_rows
     from nvfp4_aot.jax import handler
 
