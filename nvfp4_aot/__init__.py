@@ -30,17 +30,6 @@ _EXPORTS = {
 
 __all__ = ["__version__", *_EXPORTS]
 
+from .lazy import lazy_exports  # noqa: E402  (after the names it serves)
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'nvfp4_aot' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
