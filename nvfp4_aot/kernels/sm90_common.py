@@ -44,9 +44,6 @@ SF_BYTES = SF_HALVES * 256
 DEC_ELEMS_A = TILE_M * TILE_K
 
 assert TILE_M == 128 and TILE_N == 128, "one 128-row scale block per tile"
-# Activation tiles of a decode family (few tokens per expert) are narrower: a divisor of
-# the 128-row scale block and a multiple of 16 (two 8-row swizzle atoms; wgmma N).
-DECODE_TILE_MS = (16, 32, 64)
 assert TILE_K == 128, "the register decode maps one 64-byte row onto 8 k16 blocks"
 assert TILE_N == 64 * (NUM_CONSUMER_WARPS // 4)
 

@@ -754,6 +754,9 @@ def compile(
     """Compile the kernel for a fixed group count (8 or 120), epilogue, activation tile
     (``tile_m`` rows, ``num_stages`` raw stages) and CTAs per SM (registers capped to fit
     them); returns the DSL object."""
+    # a narrower tile lies inside one 128-row scale block; 16-64 rows ran on the H200
+    if tile_m not in (16, 32, 64, TILE_M):
+        raise ValueError(f"tile_m must be 16, 32, 64 or {TILE_M}, got {tile_m}")
     return compile_host(
         grouped_gemm_host, num_groups, out_dtype, alpha, tile_m, num_stages, blocks_per_sm
     )
