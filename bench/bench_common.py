@@ -162,6 +162,18 @@ def copy_bandwidth(device) -> float:
     return 2 * n / (copy_ms * 1e-3)
 
 
+def same_bytes_copy(moved: int, device):
+    """One kernel reading and writing ``moved`` bytes in all (half each; a 16-byte
+    vectorized elementwise kernel, not a memcpy node, which a graph may give to a copy
+    engine), as a callable: timed beside a kernel that moves as many bytes, it is what
+    moving them costs at this size, launch and ramp-up included, where the floor is the
+    rate of a 1 GiB copy. Its buffers are reused, so small ones stay in L2 (a floor no
+    kernel reading fresh data can beat)."""
+    src = torch.empty(max(4, moved // 8), dtype=torch.int32, device=device).random_()
+    dst = torch.empty_like(src)
+    return lambda *_: torch.bitwise_not(src, out=dst)
+
+
 def bf16_flops(device) -> float:
     """FLOP/s of an 8192^3 BF16 matmul."""
     x = torch.randn(8192, 8192, dtype=torch.bfloat16, device=device)

@@ -21,8 +21,12 @@ layout with capacity = tokens * 8 rows. Columns (medians):
   mem floor      bytes a step must move (FP4 weights + blocked scales of the experts that
                  get tokens, the routed rows of A and their scales, the FP16 rows of C) /
                  device-to-device copy bandwidth measured at the start of this run
+  copy same      GPU µs of one kernel moving the floor's bytes (half read, half written:
+                 bench_common.same_bytes_copy), one per graph replay like ours: what
+                 moving those bytes costs at this size with one launch, where the floor
+                 is a 1 GiB copy's rate
   dense bf16     one cuBLAS BF16 GEMM of the same FLOPs, (tokens * 8) x n x k, from a graph
-  ours/floor, grouped_mm/ours   the ratios the targets are about
+  ours/floor, grouped_mm/ours   the ratios the targets are about; ours/copy beside them
 
 Targets (issue #17), flagged per row and counted at the end:
   decode rows (median rows per expert that gets tokens <= 64):
@@ -59,7 +63,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import GpuHold, copy_bandwidth, random_scales, time_steps  # noqa: E402
+from bench_common import (  # noqa: E402
+    GpuHold,
+    copy_bandwidth,
+    random_scales,
+    same_bytes_copy,
+    time_steps,
+)
 from bench_moe import (  # noqa: E402
     EAGER_POOL,
     TOP_K,
@@ -92,9 +102,11 @@ def bench_case(experts, n, k, tokens, weights, copy_bps, hold, args, device) -> 
            "rows_per_expert_hit": float(np.median(rows / hit)),
            "max_expert_rows": int(counts.max())}  # fmt: skip
     row["decode"] = row["rows_per_expert_hit"] <= DECODE_ROWS_PER_EXPERT
-    row["mem_floor_us"] = statistics.median(touched_bytes(x, n, k) for x in counts) / copy_bps * 1e6
+    floor_bytes = statistics.median(touched_bytes(x, n, k) for x in counts)
+    row["mem_floor_us"] = floor_bytes / copy_bps * 1e6
     row["check"] = case.check(k)
     steps = row["steps"] = case.steps(args.steps, MIN_STEPS, STEP_BUDGET_MS)
+    row["copy_same_us"] = same_bytes_copy_us(int(floor_bytes), device, steps, hold)
 
     graph = case.graph()
     times, starved = time_steps(case.router, lambda _i: graph.replay(), steps, hold)
@@ -110,12 +122,26 @@ def bench_case(experts, n, k, tokens, weights, copy_bps, hold, args, device) -> 
     case.time_grouped_mm_graph(row, steps, hold)
     row["dense_bf16_us"] = case.dense_bf16_us(n, max(30, steps))
     row["ours_over_floor"] = row["ours_graph_us"] / row["mem_floor_us"]
+    row["ours_over_copy"] = row["ours_graph_us"] / row["copy_same_us"]
     if "grouped_mm_graph_us" in row:
         row["grouped_mm_over_ours"] = row["grouped_mm_graph_us"] / row["ours_graph_us"]
     row["targets"] = targets(row)
     plan.close()
     torch.cuda.synchronize()
     return row
+
+
+def same_bytes_copy_us(moved: int, device, steps: int, hold) -> float:
+    """Median µs of bench_common.same_bytes_copy replayed from a graph of one copy, timed
+    as ours is (one replay per event pair, queued behind a hold)."""
+    copy = same_bytes_copy(moved, device)
+    copy()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        copy()
+    times, _starved = time_steps(lambda _i: None, lambda _i: graph.replay(), steps, hold)
+    return statistics.median(times)
 
 
 def host_with_pointers(plan, operands, routings, stream: int, steps: int) -> float:
@@ -152,8 +178,8 @@ def _flag(value) -> str:
 
 def markdown(rows) -> str:
     headers = ["E", "n, k", "tokens", "experts hit", "rows/expert", "ours graph µs",
-               "ours eager µs", "host µs", "host µs (ptr)", "grouped_mm µs", "mem floor µs", "dense bf16 µs",
-               "ours/floor", "gmm/ours", "≤1.25 floor", "≥2x gmm", "≥ gmm", "host ≤15",
+               "ours eager µs", "host µs", "host µs (ptr)", "grouped_mm µs", "mem floor µs",
+               "copy same µs", "dense bf16 µs", "ours/floor", "ours/copy", "gmm/ours", "≤1.25 floor", "≥2x gmm", "≥ gmm", "host ≤15",
                "rel err"]  # fmt: skip
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for r in rows:
@@ -165,7 +191,8 @@ def markdown(rows) -> str:
                  f"{r['ours_eager_us']:.1f}", f"{r['host_us_per_run']:.1f}",
                  f"{r['host_pointers_us']:.1f}",
                  f"{gmm:.1f}" if gmm else "error", f"{r['mem_floor_us']:.1f}",
-                 f"{r['dense_bf16_us']:.1f}", f"{r['ours_over_floor']:.2f}",
+                 f"{r['copy_same_us']:.1f}", f"{r['dense_bf16_us']:.1f}",
+                 f"{r['ours_over_floor']:.2f}", f"{r['ours_over_copy']:.2f}",
                  f"{ratio:.2f}" if ratio else "-", _flag(t["floor"]), _flag(t["speedup_2x"]),
                  _flag(t["not_slower"]), _flag(t["host"]),
                  f"{r['check']['relative_error']:.1e}"]  # fmt: skip

@@ -9,6 +9,11 @@ For each shape (T rows of k BF16 or FP16 elements; plain form unless noted):
                 / device-to-device copy bandwidth measured in this run
   % copy        floor / ours graph: the share of the copy bandwidth ours reaches
                 (target >= 70 % for T >= 1024)
+  copy same     GPU µs of one kernel moving as many bytes (half read, half written:
+                bench_common.same_bytes_copy), replayed from a graph like ours: launch
+                and ramp-up included
+  % copy same   floor / copy same: the share the copy itself reaches at this size (where
+                it is below 70 %, no kernel of these bytes can meet the target)
   torch graph   GPU µs of a straightforward torch quantizer (the same FP32 operations:
                 amax, (g * amax) / 6, E4M3 cast, g / sf, seven thresholds, packing,
                 blocked scatter), replayed from a CUDA graph
@@ -38,7 +43,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_common import blocked_index, copy_bandwidth, time_events, time_graph  # noqa: E402
+from bench_common import (  # noqa: E402
+    blocked_index,
+    copy_bandwidth,
+    same_bytes_copy,
+    time_events,
+    time_graph,
+)
 
 from nvfp4_aot.layouts import blocked_offset  # noqa: E402
 from nvfp4_aot.quantize import quantize  # noqa: E402
@@ -119,7 +130,7 @@ def bench_plain(rows, k, dtype, copy_bw, repeats, device) -> dict:
         )
     moved = rows * k * 2 + rows * k // 2 + plan.scale_bytes
     return _row(f"{rows}x{k} {dtype}", moved, copy_bw, graph_ms, eager_ms, torch_ms, same_ref,
-                same_torch, rows)  # fmt: skip
+                same_torch, rows, repeats, device)  # fmt: skip
 
 
 def matches_reference(x, g, out, scales, dtype) -> bool:
@@ -180,11 +191,14 @@ def bench_moe(form, experts, tokens, k, copy_bw, repeats, device, top_k=8) -> di
             padded = plan.scale_bytes
     moved = routed * k * 2 + routed * k // 2 + padded + extra
     label = f"{form} E={experts} {'T' if form == 'contiguous' else 'max_m'}={tokens} k={k}"
-    return _row(label, moved, copy_bw, graph_ms, eager_ms, None, None, None, routed)
+    return _row(label, moved, copy_bw, graph_ms, eager_ms, None, None, None, routed, repeats,
+                device)  # fmt: skip
 
 
-def _row(label, moved, copy_bw, graph_ms, eager_ms, torch_ms, same_ref, same_torch, rows):
+def _row(label, moved, copy_bw, graph_ms, eager_ms, torch_ms, same_ref, same_torch, rows,
+         repeats, device):  # fmt: skip
     floor_ms = moved / copy_bw * 1e3
+    copy_ms = statistics.median(time_graph(same_bytes_copy(moved, device), [None], repeats))
     return {
         "shape": label,
         "rows": rows,
@@ -193,6 +207,8 @@ def _row(label, moved, copy_bw, graph_ms, eager_ms, torch_ms, same_ref, same_tor
         "ours_eager_us": eager_ms * 1e3,
         "floor_us": floor_ms * 1e3,
         "copy_fraction": floor_ms / graph_ms,
+        "copy_same_us": copy_ms * 1e3,
+        "copy_same_fraction": floor_ms / copy_ms,
         "torch_graph_us": None if torch_ms is None else torch_ms * 1e3,
         "vs_torch": None if torch_ms is None else torch_ms / graph_ms,
         "equals_reference": same_ref,
@@ -202,8 +218,8 @@ def _row(label, moved, copy_bw, graph_ms, eager_ms, torch_ms, same_ref, same_tor
 
 def _print(results, copy_bw) -> None:
     print(f"copy bandwidth (read + write): {copy_bw / 1e12:.2f} TB/s")
-    header = ("shape", "ours graph", "ours eager", "floor", "% copy", "torch graph",
-              "vs torch", "= ref", "= torch")  # fmt: skip
+    header = ("shape", "ours graph", "ours eager", "floor", "% copy", "copy same",
+              "% copy same", "torch graph", "vs torch", "= ref", "= torch")  # fmt: skip
     rows = [header]
     for r in results:
         torch_us = "-" if r["torch_graph_us"] is None else f"{r['torch_graph_us']:.1f}"
@@ -211,8 +227,9 @@ def _print(results, copy_bw) -> None:
         same = ["-" if v is None else ("=" if v else "DIFF")
                 for v in (r["equals_reference"], r["equals_torch"])]  # fmt: skip
         rows.append((r["shape"], f"{r['ours_graph_us']:.1f}", f"{r['ours_eager_us']:.1f}",
-                     f"{r['floor_us']:.1f}", f"{100 * r['copy_fraction']:.0f} %", torch_us, vs,
-                     *same))  # fmt: skip
+                     f"{r['floor_us']:.1f}", f"{100 * r['copy_fraction']:.0f} %",
+                     f"{r['copy_same_us']:.1f}", f"{100 * r['copy_same_fraction']:.0f} %",
+                     torch_us, vs, *same))  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     for row in rows:
         print("  ".join(cell.rjust(w) if i else cell.ljust(w)
@@ -223,6 +240,14 @@ def _print(results, copy_bw) -> None:
         verdict = "meets" if worst["copy_fraction"] >= TARGET else "MISSES"
         print(f"rows >= 1024: lowest share of the copy bandwidth {100 * worst['copy_fraction']:.0f} % "
               f"({worst['shape']}): {verdict} the {100 * TARGET:.0f} % target")  # fmt: skip
+        for r in big:
+            if r["copy_fraction"] < TARGET:
+                reach = ("out of reach at this size: a copy of the same bytes reaches "
+                         f"{100 * r['copy_same_fraction']:.0f} %"
+                         if r["copy_same_fraction"] < TARGET else
+                         f"the same-bytes copy reaches {100 * r['copy_same_fraction']:.0f} %; "
+                         f"ours is {r['copy_same_us'] / r['ours_graph_us']:.2f}x its speed")  # fmt: skip
+                print(f"  {r['shape']}: {100 * r['copy_fraction']:.0f} % - {reach}")
     if any(r["equals_reference"] is False for r in results):
         print("BYTES DIFFER from the numpy reference for some shape (see = ref)")
 

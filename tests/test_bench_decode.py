@@ -45,6 +45,7 @@ def test_bench_case_runs_end_to_end(cpu_cuda):
         assert fake.launches
     assert row["gemm_launches"] == 2 and row["rows"] == 64 and row["decode"]
     assert 8 <= row["experts_hit"] <= 64 and row["mem_floor_us"] > 0
+    assert row["copy_same_us"] > 0 and row["ours_over_copy"] > 0
     assert set(row["targets"]) == {"floor", "speedup_2x", "not_slower", "host"}
     table = bench_decode.markdown([row])
     assert table.count("\n") == 2 and "| 300 | 128, 256 | 8 |" in table

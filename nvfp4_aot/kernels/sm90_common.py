@@ -160,6 +160,18 @@ def lds_v4(addr: cutlass.Int32, *, loc=None, ip=None):
 
 
 @dsl_user_op
+def lds_u32(addr: cutlass.Int32, *, loc=None, ip=None) -> cutlass.Int32:
+    """4-byte shared load."""
+    return asm_i32("ld.shared.b32 $0, [$1];", "=r,r,~{memory}", [ir_i32(addr, loc, ip)], loc, ip)
+
+
+@dsl_user_op
+def lds_u8(addr: cutlass.Int32, *, loc=None, ip=None) -> cutlass.Int32:
+    """1-byte shared load, zero extended."""
+    return asm_i32("ld.shared.u8 $0, [$1];", "=r,r,~{memory}", [ir_i32(addr, loc, ip)], loc, ip)
+
+
+@dsl_user_op
 def lds_u16(addr: cutlass.Int32, *, loc=None, ip=None) -> cutlass.Int32:
     """2-byte shared load, zero extended."""
     return asm_i32("ld.shared.u16 $0, [$1];", "=r,r,~{memory}", [ir_i32(addr, loc, ip)], loc, ip)

@@ -102,7 +102,9 @@ from .sm90_common import (
     gmem_u8,
     host_operands,
     ir_i32,
+    lds_u8,
     lds_u16,
+    lds_u32,
     lds_v4,
     load_weights,
     make_ab_tensor,
@@ -130,32 +132,48 @@ def sts_b32(addr: cutlass.Int32, val: cutlass.Int32, *, loc=None, ip=None) -> No
     asm("st.shared.b32 [$0], $1;", "r,r", [ir_i32(addr, loc, ip), ir_i32(val, loc, ip)], loc, ip)
 
 
+def _narrow(tile_m):
+    """Whether activation tiles of ``tile_m`` rows use the narrow-tile decode (below)."""
+    return tile_m < 64
+
+
 def _act_tasks(tile_m):
-    """(row, 16-byte chunk) activation tasks per consumer thread, and whether every
-    thread has them: a tile of fewer than 64 rows has one task for some threads of each
-    warpgroup (see ``_act_row``)."""
-    tasks = tile_m * 4 // NUM_CONSUMER_THREADS
-    return (tasks, True) if tasks else (1, False)
+    """(row, 16-byte chunk) activation tasks per consumer thread of a tile of 64+ rows:
+    task j is row j // 4, chunk j % 4; thread t has tasks t, t + 256, ..."""
+    return tile_m * 4 // NUM_CONSUMER_THREADS
 
 
-def _act_row(tidx, wg, tile_m):
-    """(first activation row this thread decodes, whether it decodes any).  Task j is
-    row j // 4, chunk j % 4; with 64+ rows thread t has tasks t, t + 256, ...; with
-    fewer each warpgroup takes half of the rows (threads 0 .. 2 tile_m - 1 of it)."""
-    if cutlass.const_expr(_act_tasks(tile_m)[1]):
-        return tidx // 4, True
-    local = tidx % 128
-    return (local + wg * (tile_m * 2)) // 4, local < tile_m * 2
+def _narrow_act(tidx, wg, chunk, chunk_sf_off, tile_m):
+    """Narrow tiles (16 or 32 rows): every consumer thread decodes one 4-byte word (8
+    elements) of ``tile_m // 16`` rows, so the activations' decode is spread over all
+    four warps of a warpgroup (one warp doing it all was the warpgroup's straggler at
+    every turn).  Warpgroup w takes rows [w tile_m / 2, (w + 1) tile_m / 2); warp j of
+    it word j of every 16-byte chunk; lane l row l // 4 (task i: + 8 i), chunk l % 4.
+    Returns (row, scale column offset, raw offset, swizzle row, decoded offset) of task
+    0; its word lands where word j of a wide task's ``_store_act`` does."""
+    word = (tidx % 128) // 32
+    row = wg * (tile_m // 2) + (tidx % 32) // 4
+    sf_col = chunk_sf_off + word // 2
+    raw_off = row * TILE_KB + chunk * 16 + word * 4
+    # unit 4 (word % 2) + s of the wide form is (4 (word % 2)) ^ s for s < 4
+    rr = (row % 8) ^ ((word % 2) * 4)
+    dec_off = (row // 8) * 1024 + (row % 8) * 128 + chunk * 4 + (word // 2) * (tile_m * 128)
+    return row, sf_col, raw_off, rr, dec_off
 
 
 def _load_act(a_raw, sfa, tile_m):
-    """This thread's raw activation tasks: (16-byte words, scale pairs)."""
+    """This thread's raw activation tasks: (words, scale pairs; narrow tiles: one word
+    and one scale byte a task)."""
     a_words = []
     a_sfs = []
-    tasks, _all_threads = _act_tasks(tile_m)
-    for i in range(tasks):
-        a_words.append(lds_v4(a_raw + i * 64 * TILE_KB))
-        a_sfs.append(lds_u16(sfa + i * 8))
+    if cutlass.const_expr(_narrow(tile_m)):
+        for i in range(tile_m // 16):  # rows + 8 i: scale rows + 8 i of one 32-row group
+            a_words.append(lds_u32(a_raw + i * 8 * TILE_KB))
+            a_sfs.append(lds_u8(sfa + i * 128))
+    else:
+        for i in range(_act_tasks(tile_m)):
+            a_words.append(lds_v4(a_raw + i * 64 * TILE_KB))
+            a_sfs.append(lds_u16(sfa + i * 8))
     return a_words, a_sfs
 
 
@@ -166,36 +184,21 @@ def _decode_act(a_raw, sfa, a_dst, a_rr, tile_m):
 
 def _store_act(a_words, a_sfs, a_dst, a_rr, tile_m):
     """Decoded activation tasks -> swizzled FP16 buffer (word w, shift s is register s of
-    16-byte unit u = 4 (w % 2) + s, k = 8 u)."""
-    tasks, _all_threads = _act_tasks(tile_m)
-    for i in range(tasks):
-        sc = decode_scales(a_sfs[i])
-        dst = a_dst + i * 8 * 1024
-        for w in range(4):
-            vals = decode_word(a_words[i][w], sc[w // 2])
+    16-byte unit u = 4 (w % 2) + s, k = 8 u; narrow tiles: ``a_rr`` has 4 (w % 2) in)."""
+    if cutlass.const_expr(_narrow(tile_m)):
+        for i in range(tile_m // 16):
+            vals = decode_word(a_words[i], decode_scales(a_sfs[i])[0])
             for s in range(4):
-                unit = 4 * (w % 2) + s
-                sts_b32(dst + (w // 2) * (tile_m * 128) + ((a_rr ^ unit) * 16), vals[s])
-
-
-@cute.jit
-def _decode_act_if(active, a_raw, sfa, a_dst, a_rr, tile_m: cutlass.Constexpr[int]):
-    """``_decode_act`` on the threads that have activation tasks."""
-    if cutlass.const_expr(_act_tasks(tile_m)[1]):
-        _decode_act(a_raw, sfa, a_dst, a_rr, tile_m)
+                sts_b32(a_dst + i * 1024 + ((a_rr ^ s) * 16), vals[s])
     else:
-        if active:
-            _decode_act(a_raw, sfa, a_dst, a_rr, tile_m)
-
-
-@cute.jit
-def _store_act_if(active, a_words, a_sfs, a_dst, a_rr, tile_m: cutlass.Constexpr[int]):
-    """``_store_act`` on the threads that have activation tasks."""
-    if cutlass.const_expr(_act_tasks(tile_m)[1]):
-        _store_act(a_words, a_sfs, a_dst, a_rr, tile_m)
-    else:
-        if active:
-            _store_act(a_words, a_sfs, a_dst, a_rr, tile_m)
+        for i in range(_act_tasks(tile_m)):
+            sc = decode_scales(a_sfs[i])
+            dst = a_dst + i * 8 * 1024
+            for w in range(4):
+                vals = decode_word(a_words[i][w], sc[w // 2])
+                for s in range(4):
+                    unit = 4 * (w % 2) + s
+                    sts_b32(dst + (w // 2) * (tile_m * 128) + ((a_rr ^ unit) * 16), vals[s])
 
 
 def _sf_row_offset(row):
@@ -542,14 +545,21 @@ def kernel(
         full_bar_base = storage.ab_mbar_ptr.data_ptr().toint()
 
         chunk, chunk_sf_off, w_raw_off, w_sf_off = thread_offsets(tidx)
-        # Activations: task i is row a_row + 64 i, bytes [16 c, 16 c + 16).
-        a_row, act_active = _act_row(tidx, wg, tile_m)
-        a_raw_off = a_row * TILE_KB + chunk * 16
-        a_sf_off = chunk_sf_off + _sf_row_offset(a_row)
         # 128B swizzle: byte = (k // 64) * TILE_M * 128 + (r // 8) * 1024 + (r % 8) * 128
         #               + (((k % 64) // 8) ^ (r % 8)) * 16 + (k % 8) * 2
-        a_rr = a_row % 8
-        a_dec_row_off = (a_row // 8) * 1024 + a_rr * 128 + chunk * 4
+        if cutlass.const_expr(_narrow(tile_m)):
+            a_row, a_sf_col, a_raw_off, a_rr, a_dec_row_off = _narrow_act(
+                tidx, wg, chunk, chunk_sf_off, tile_m
+            )
+            a_sf_off = a_sf_col + _sf_row_offset(a_row)
+        else:
+            # Activations: task i is row a_row + 64 i, bytes [16 c, 16 c + 16).
+            a_row = tidx // 4
+            a_sf_col = chunk_sf_off
+            a_raw_off = a_row * TILE_KB + chunk * 16
+            a_sf_off = chunk_sf_off + _sf_row_offset(a_row)
+            a_rr = a_row % 8
+            a_dec_row_off = (a_row // 8) * 1024 + a_rr * 128 + chunk * 4
 
         if tile_start < tile_end:
             tile_idx = tile_start
@@ -566,7 +576,7 @@ def kernel(
                 )
                 if cutlass.const_expr(rows_per_sf_block > 1):
                     # the tile's rows sit inside a 128-row scale block
-                    a_sf_off = chunk_sf_off + _sf_row_offset(
+                    a_sf_off = a_sf_col + _sf_row_offset(
                         (coord_m % rows_per_sf_block) * tile_m + a_row
                     )
                 m, n, _cta_m, k_tile_cnt, _loaded_idx = group
@@ -578,8 +588,7 @@ def kernel(
                 # Ping-pong.  Prologue: both warpgroups decode their halves of
                 # the activations of K tile 0 into buffer 0.
                 consumer_wait(full_bar_base, consumer_state)
-                _decode_act_if(
-                    act_active,
+                _decode_act(
                     a_raw_base + consumer_state.index * a_raw_bytes + a_raw_off,
                     sfa_base + consumer_state.index * SF_BYTES + a_sf_off,
                     a_dec_base + a_dec_row_off,
@@ -620,8 +629,7 @@ def kernel(
                                     next_state.advance()
                                     consumer_wait(full_bar_base, next_state)
                                     nstage = next_state.index
-                                    _decode_act_if(
-                                        act_active,
+                                    _decode_act(
                                         a_raw_base + nstage * a_raw_bytes + a_raw_off,
                                         sfa_base + nstage * SF_BYTES + a_sf_off,
                                         next_dst,
@@ -646,9 +654,7 @@ def kernel(
                                 )
                                 decode_weights(tCrA_regs[q % 2], w_words, w_sfs)
                                 if t + 1 < k_tile_cnt:
-                                    _store_act_if(
-                                        act_active, a_words, a_sfs, next_dst, a_rr, tile_m
-                                    )
+                                    _store_act(a_words, a_sfs, next_dst, a_rr, tile_m)
                             ab_pipeline.consumer_release(consumer_state)
                             consumer_state.advance()
                             cute.arch.fence_proxy("async.shared", space="cta")
