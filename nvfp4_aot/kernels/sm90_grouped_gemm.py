@@ -730,6 +730,7 @@ def kernel(
                             bidx,
                             tidx,
                             tile_idx,
+                            split,
                             splits,
                             consumer_bar,
                             NUM_TENSORMAPS * BYTES_PER_TENSORMAP,

@@ -155,14 +155,16 @@ def sum_partials(
     bidx: cutlass.Int32,
     tidx: cutlass.Int32,
     tile_idx: cutlass.Int32,
+    split: cutlass.Int32,
     splits: cutlass.Int32,
     barrier,
     tensormap_bytes: cutlass.Constexpr[int],
     threads: cutlass.Constexpr[int],
 ):
-    """Publish this unit's accumulator and count it; returns 1 in the CTA whose unit
-    was the tile's last, with ``acc`` then the sum of the tile's partials in range order
-    (and the counter reset), else 0. Every consumer thread calls it."""
+    """Publish this unit's accumulator (range ``split`` of the tile's ``splits``) and
+    count it; returns 1 in the CTA whose unit was the tile's last, with ``acc`` then the
+    sum of the tile's partials in range order (and the counter reset), else 0. Every
+    consumer thread calls it."""
     fragment = cute.size(acc)
     slot = slot_bytes(fragment, threads)
     partials = workspace + cutlass.Int64(grid_dim_x) * tensormap_bytes
@@ -179,11 +181,8 @@ def sum_partials(
     if last != 0:
         fence_gpu()
         acc.fill(0.0)
-        first = (
-            partials
-            + cutlass.Int64(tile_idx * splits) * slot
-            + cutlass.Int64(tidx) * (fragment * 4)
-        )
+        # the tile's units are CTAs bidx - split, ... (consecutive: see unit_of_cta)
+        first = partials + cutlass.Int64(bidx - split) * slot + cutlass.Int64(tidx) * (fragment * 4)
         for s in cutlass.range(splits, unroll=1):
             for i in cutlass.range_constexpr(fragment // 4):
                 values = load_v4_f32(first + cutlass.Int64(s) * slot + i * 16)
