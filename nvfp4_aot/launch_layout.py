@@ -65,13 +65,10 @@ def cta_prefix(tiles: list[int], num_groups: int) -> tuple[int, ...]:
     return tuple(prefix)
 
 
-def persistent_blocks(
-    total_tiles: int, sm_count: int, blocks_per_sm: int = 1, split_k: int = 1
-) -> int:
-    """``blocks_per_sm`` CTAs per SM at most (the variant's), never more CTAs than units
-    of work (``split_k`` per tile: a kernel that splits a tile's K range across CTAs when
-    tiles are few), at least one."""
-    return max(1, min(total_tiles * split_k, sm_count * blocks_per_sm))
+def persistent_blocks(total_tiles: int, sm_count: int, blocks_per_sm: int = 1) -> int:
+    """``blocks_per_sm`` CTAs per SM at most (the variant's), never more CTAs than tiles,
+    at least one."""
+    return max(1, min(total_tiles, sm_count * blocks_per_sm))
 
 
 def split_groups(num_groups: int, baked: list[int]) -> list[tuple[int, int, int]]:
@@ -145,7 +142,7 @@ class LaunchLayout(SlotRing):
             prefix = cta_prefix(tiles, g)
             total = prefix[-1]
             validation.check_total_tiles(total)
-            blocks = persistent_blocks(total, sm_count, variant.blocks_per_sm, variant.split_k)
+            blocks = persistent_blocks(total, sm_count, variant.blocks_per_sm)
             grid = launch_grid(variant, {"persistent_blocks": blocks, "total_tiles": total})
             sizes_offset = offset
             prefix_offset = round_up(sizes_offset + g * _SIZE_BYTES, ALIGN)

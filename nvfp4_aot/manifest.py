@@ -222,7 +222,6 @@ class Variant:
     out_dtype: str = "float16"  # grouped GEMMs: the C dtype the epilogue writes
     alpha: bool = False  # grouped GEMMs: C = alpha[g] * A_g B_g^T, alpha per group
     blocks_per_sm: int = 1  # CTAs per SM of the persistent grid (the family's, compiled in)
-    split_k: int = 1  # most K ranges a tile splits into when tiles leave CTAs idle
 
     def __post_init__(self):
         if self.role not in ROLE_INPUTS:

@@ -170,7 +170,7 @@ class MoeLayout(SlotRing):
                 row_tiles = count * ceil_div(capacity, tile_m)
                 rows = count * capacity
             bound = min(row_tiles * ceil_div(n, tile_n), validation.INT32_MAX)
-            blocks = persistent_blocks(bound, sm_count, variant.blocks_per_sm, variant.split_k)
+            blocks = persistent_blocks(bound, sm_count, variant.blocks_per_sm)
             grid = launch_grid(variant, {"persistent_blocks": blocks, "total_tiles": bound})
             sizes_offset = offset
             abc_offset = round_up(sizes_offset + 16 * g, ALIGN)

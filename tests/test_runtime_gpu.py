@@ -211,28 +211,6 @@ def test_split_launches_of_different_grids_share_the_workspace(device, kernel):
         run_and_check(device, sizes, seed=seed, kernel=kernel)
 
 
-def test_split_k_when_tiles_leave_ctas_idle(device):
-    """The decode family with 6 tiles for 24 CTAs: each tile's K range is split over up
-    to 4 CTAs (here 1, 2, 3, 4 and 4 ranges: fewer K tiles than 4, uneven ranges, M and
-    N residues), the last to finish adds the partials. Two runs of one plan with new
-    data: the tile counters must be back at zero for the second."""
-    decode = "sm90_nvfp4_grouped_gemm_decode"
-    runnable = loader.variants_for(loader.load_manifest(), driver.compute_capability(device))
-    if decode not in {v.family for v in runnable}:
-        pytest.skip(f"{decode} does not run on this GPU")
-    sizes = [(16, 128, 128), (16, 128, 256), (9, 128, 384), (16, 200, 640), (5, 128, 1664)]
-    with plan.GroupedGemmPlan(sizes, device, kernel=decode) as gemm:
-        assert [launch.persistent_blocks for launch in gemm.launches] == [24]
-        for seed in (7300, 7301):
-            problems, operands = make_operands(sizes, seed)
-            try:
-                gemm.run(*operands.columns)
-                gemm.synchronize()
-                check_results(problems, operands, f"split-K, run with seed {seed}")
-            finally:
-                operands.free()
-
-
 def test_empty_groups_are_skipped(device, kernel):
     """Groups with m = 0 (experts without tokens) between and around real ones: their
     operands are null pointers, the others are computed, nothing else is written."""

@@ -142,7 +142,6 @@ def describe_variant(compiled: CompiledVariant, workdir: Path, seed: int = 0) ->
         workspace=family.workspace,
         role=family.role,
         blocks_per_sm=family.blocks_per_sm,
-        split_k=family.split_k,
         out_dtype=epilogue.out_dtype,
         alpha=epilogue.alpha,
     )

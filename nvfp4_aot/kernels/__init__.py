@@ -27,9 +27,6 @@ class KernelFamily:
     # CTAs per SM of a persistent grid: the kernel is compiled to fit this many (its
     # registers and shared memory), and launched with this many per SM
     blocks_per_sm: int = 1
-    # most units a tile's K range splits into when tiles leave CTAs idle (split-K,
-    # kernels/split_k.py): the grid may have this many CTAs per tile
-    split_k: int = 1
 
 
 FAMILIES = (
@@ -46,16 +43,12 @@ FAMILIES = (
     ),
     # The same kernel with 16-row activation tiles: few tokens per group (MoE decode);
     # two CTAs per SM keep twice the warps decoding weights while the other CTA waits.
-    # Split-K: after its tensormaps, a partial slot (256 threads x 8 FP32) and a
-    # counter per CTA, the counters zero before the first launch.
     KernelFamily(
         "sm90_nvfp4_grouped_gemm_decode",
         "nvfp4_aot.kernels.sm90_grouped_gemm_decode",
         ("sm_90a",),
-        Workspace(bytes_per_block=4 * 128 + 256 * 8 * 4 + 4, zero_once=True),
         groups=(8, 120, 256),
         blocks_per_sm=2,
-        split_k=4,
     ),
     # Decodes the activations once per launch into an FP16 scratch after the
     # tensormaps (m x ceil(k / 128) x 128 values per group); its grid-barrier

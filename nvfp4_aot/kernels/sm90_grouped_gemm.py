@@ -75,7 +75,6 @@ from cutlass.cutlass_dsl import dsl_user_op
 from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
-from . import split_k
 from .epilogue import alpha_table, output_scale
 from .group_search import advance_group, ceil_div, cta_tile_range, find_group
 from .sm90_common import (
@@ -85,7 +84,6 @@ from .sm90_common import (
     BYTES_PER_TENSORMAP,
     NUM_CONSUMER_THREADS,
     NUM_CONSUMER_WARPS,
-    NUM_TENSORMAPS,
     PRODUCER_WARP,
     SF_BYTES,
     SF_HALVES,
@@ -122,7 +120,6 @@ __all__ = ["ARCHS", "FAMILY", "THREADS", "TILE_K", "TILE_M", "TILE_N", "compile"
 
 NUM_STAGES = 5  # raw (FP4 + scale) TMA pipeline depth
 NUM_DEC_BUFFERS = 4  # decoded FP16 activation buffers (fixed: see the consumer loop)
-NARROW_SPLIT_K = 4  # narrow tiles: most K ranges a tile splits into (kernels/split_k.py)
 
 
 # ---------------------------------------------------------------------------
@@ -316,19 +313,6 @@ def kernel(
 
     # Contiguous tile range of this CTA (same split as the sm_100a kernel).
     tile_start, tile_end = cta_tile_range(bidx, grid_dim_x, tensor_of_cta_prefix, num_groups)
-    if cutlass.const_expr(_narrow(tile_m)):
-        # few tiles for the CTAs: one unit (a tile's K range) per CTA
-        tile_start, tile_end, split, splits = split_k.unit_of_cta(
-            bidx,
-            grid_dim_x,
-            tile_start,
-            tile_end,
-            tensor_of_cta_prefix,
-            tensor_of_problem_sizes,
-            num_groups,
-            TILE_K,
-            NARROW_SPLIT_K,
-        )
 
     #
     # Shared memory
@@ -472,9 +456,6 @@ def kernel(
                     tile_m,
                 )
                 _m, _n, _cta_m, k_tile_cnt, _loaded_idx = group
-                k_begin, k_end = 0, k_tile_cnt
-                if cutlass.const_expr(_narrow(tile_m)):
-                    k_begin, k_end = split_k.k_range(k_tile_cnt, split, splits)
                 tAgA_tile = tAgA[(None, coord_m, None)]
                 tBgB_tile = tBgB[(None, coord_n, None)]
                 sf_block = coord_m
@@ -494,7 +475,7 @@ def kernel(
                 desc_sfb = tensormap_manager.get_tensormap_ptr(
                     tensormap_sfb_gmem_ptr, cute.AddressSpace.generic
                 )
-                for k_tile in cutlass.range(k_begin, k_end, 1, unroll=1):
+                for k_tile in cutlass.range(k_tile_cnt, unroll=1):
                     ab_pipeline.producer_acquire(producer_state)
                     bar = ab_pipeline.producer_get_barrier(producer_state)
                     stage = producer_state.index
@@ -599,9 +580,6 @@ def kernel(
                         (coord_m % rows_per_sf_block) * tile_m + a_row
                     )
                 m, n, _cta_m, k_tile_cnt, _loaded_idx = group
-                if cutlass.const_expr(_narrow(tile_m)):
-                    k_begin, k_end = split_k.k_range(k_tile_cnt, split, splits)
-                    k_tile_cnt = k_end - k_begin  # this unit's K tiles (>= 1)
                 # read before the main loop, so the load's latency hides behind it
                 scale = output_scale(alpha_ptrs, group_idx, ACC_RESCALE)
 
@@ -707,7 +685,7 @@ def kernel(
                 warpgroup.wait_group(0)
                 consumer_bar.arrive_and_wait()
 
-                epilogue = (
+                store_tile(
                     acc,
                     tCcC,
                     tensor_of_abc_ptrs[group_idx, 2],
@@ -719,27 +697,6 @@ def kernel(
                     c_dtype,
                     tile_m,
                 )
-                if cutlass.const_expr(_narrow(tile_m)):
-                    # a split tile: the last of its units adds the partials and stores
-                    last = cutlass.Int32(1)
-                    if splits > 1:
-                        last = split_k.sum_partials(
-                            acc,
-                            tensormaps.iterator.toint(),
-                            grid_dim_x,
-                            bidx,
-                            tidx,
-                            tile_idx,
-                            split,
-                            splits,
-                            consumer_bar,
-                            NUM_TENSORMAPS * BYTES_PER_TENSORMAP,
-                            NUM_CONSUMER_THREADS,
-                        )
-                    if last != 0:
-                        store_tile(*epilogue)
-                else:
-                    store_tile(*epilogue)
                 tile_idx += 1
 
 
