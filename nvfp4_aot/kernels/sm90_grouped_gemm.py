@@ -43,9 +43,9 @@ memory as FP16:
 The activation tile (``tile_m`` rows, TILE_M = 128 here), the raw-stage count and
 the CTAs per SM are compile-time arguments of :func:`compile`; the decode family
 (:mod:`.sm90_grouped_gemm_decode`) takes 16-row tiles, where a tile's rows lie inside
-one 128-row scale block (the consumers add the row offset in it), one warp of each
-warpgroup decodes the activations, and those raw activations of K tile t + 1 are read
-before the weights of K tile t are decoded (the load latency hides behind it).
+one 128-row scale block (the consumers add the row offset in it), every consumer thread
+decodes one 4-byte word of the activations (``_narrow_act``), and those raw activations
+of K tile t + 1 are read before the weights of K tile t are decoded.
 Tiles are scheduled like the sm_100a kernel: tile t of group g has
 cta_rest = t - prefix[g], coord_m = cta_rest % ceil(m / TILE_M),
 coord_n = cta_rest // ceil(m / TILE_M); CTA b processes the contiguous tile range
