@@ -22,7 +22,14 @@ import pytest
 from fake_driver import FakeDriver, installed
 from nvfp4_aot import driver, loader
 from nvfp4_aot.errors import ArtifactError, CudaError, UnsupportedDeviceError
-from support import A16_EXTRA, ALL_COMBOS, gpu_unavailable, kernel_params_of, write_synthetic
+from support import (
+    A16_EXTRA,
+    ALL_COMBOS,
+    gpu_unavailable,
+    installed_h200,
+    kernel_params_of,
+    write_synthetic,
+)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -80,8 +87,7 @@ def hopper_artifacts(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def hopper_fake(hopper_artifacts):
-    manifest = loader.load_manifest(hopper_artifacts)
-    with installed(FakeDriver(capability=(9, 0), kernel_params=kernel_params_of(manifest))) as fake:
+    with installed_h200(hopper_artifacts) as fake:
         yield fake
 
 

@@ -175,6 +175,17 @@ def kernel_params_of(manifest: Manifest) -> dict[tuple[str, str], list[tuple[int
     }
 
 
+def installed_h200(artifacts=None):
+    """A fake H200 (compute capability 9.0) that knows every kernel of ``artifacts`` (the
+    committed ones by default), installed as the runtime's driver for a ``with`` block
+    (fake_driver.installed); the block gets the fake."""
+    from fake_driver import FakeDriver, installed
+    from nvfp4_aot import loader
+
+    manifest = loader.load_manifest(artifacts)
+    return installed(FakeDriver(capability=(9, 0), kernel_params=kernel_params_of(manifest)))
+
+
 # ---------------------------------------------------------------------------------------
 # operands at fake device addresses
 

@@ -12,7 +12,6 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from fake_driver import FakeDriver, installed
 from nvfp4_aot import loader, plan
 from nvfp4_aot.errors import InvalidProblemError, UnsupportedDeviceError
 from nvfp4_aot.kernels import FAMILIES
@@ -28,7 +27,7 @@ from nvfp4_aot.manifest import (
 from nvfp4_aot.moe import MoeGemmPlan
 from nvfp4_aot.moe_layout import C_ALPHA, C_WORDS, P_HEADER_WORDS, R_ALPHA
 from nvfp4_aot.operands import check_alpha, device_array, out_dtype_name
-from support import FakeArray, kernel_params_of, operands_for, write_synthetic
+from support import FakeArray, installed_h200, operands_for, write_synthetic
 
 BF16_ALPHA = Epilogue("bfloat16", True)
 
@@ -46,8 +45,7 @@ def epilogue_artifacts(tmp_path_factory):
 
 @pytest.fixture
 def fake(epilogue_artifacts):
-    manifest = loader.load_manifest(epilogue_artifacts)
-    with installed(FakeDriver(capability=(9, 0), kernel_params=kernel_params_of(manifest))) as f:
+    with installed_h200(epilogue_artifacts) as f:
         yield f
 
 

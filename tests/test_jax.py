@@ -18,14 +18,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from fake_driver import FakeDriver, installed
-from nvfp4_aot import loader
 from nvfp4_aot.blocked import blocked_scale_bytes
 from nvfp4_aot.errors import InvalidProblemError
 from nvfp4_aot.jax import checks, handler, quantize_handler, xla_ffi
 from nvfp4_aot.moe_data import MoeProblem, random_counts
 from nvfp4_aot.moe_layout import contiguous_scale_rows
-from support import REPO, kernel_params_of
+from support import REPO, installed_h200
 
 
 @pytest.fixture
@@ -245,8 +243,7 @@ def fake(monkeypatch):
     """The fake driver, and a plan cache of the test's own (real plans made by GPU tests
     in this process stay out of its reach)."""
     monkeypatch.setattr(handler, "_plans", {})
-    manifest = loader.load_manifest()
-    with installed(FakeDriver(capability=(9, 0), kernel_params=kernel_params_of(manifest))) as f:
+    with installed_h200() as f:
         yield f
         handler.release_plans()  # while the fake is installed: closing calls the driver
 

@@ -29,7 +29,7 @@ from nvfp4_aot.moe_layout import (
     contiguous_scale_rows,
     scale_offsets,
 )
-from support import DLPackArray, FakeArray, kernel_params_of
+from support import DLPackArray, FakeArray, installed_h200, kernel_params_of
 
 MANIFEST = loader.load_manifest()  # the committed artifacts: GEMMs and the routing kernel
 SM90 = "sm90_nvfp4_grouped_gemm"
@@ -156,7 +156,7 @@ def test_plan_rules_are_checked_before_the_driver(kwargs, message):
 
 @pytest.fixture
 def fake():
-    with installed(FakeDriver(capability=(9, 0), kernel_params=kernel_params_of(MANIFEST))) as f:
+    with installed_h200() as f:
         yield f
 
 

@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from fake_driver import FakeDriver, installed
-from nvfp4_aot import loader, plan
+from nvfp4_aot import plan
 from nvfp4_aot.errors import InvalidProblemError
 from nvfp4_aot.selection import expected_rows
 from support import (
@@ -18,7 +17,7 @@ from support import (
     DECODE_EXTRA,
     FAMILY,
     REPO,
-    kernel_params_of,
+    installed_h200,
     write_synthetic,
 )
 
@@ -72,8 +71,7 @@ def decode_artifacts(tmp_path_factory):
 
 @pytest.fixture
 def decode_fake(decode_artifacts):
-    manifest = loader.load_manifest(decode_artifacts)
-    with installed(FakeDriver(capability=(9, 0), kernel_params=kernel_params_of(manifest))) as fake:
+    with installed_h200(decode_artifacts) as fake:
         yield fake
 
 
@@ -109,8 +107,7 @@ def test_grouped_plan_takes_decode_tiles_for_few_rows(decode_fake, decode_artifa
 @pytest.fixture
 def committed_fake():
     """The committed artifacts (every family and the routing kernel) on a fake H200."""
-    manifest = loader.load_manifest()
-    with installed(FakeDriver(capability=(9, 0), kernel_params=kernel_params_of(manifest))) as fake:
+    with installed_h200() as fake:
         yield fake
 
 
