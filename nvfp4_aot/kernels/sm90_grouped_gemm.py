@@ -551,15 +551,14 @@ def kernel(
             a_row, a_sf_col, a_raw_off, a_rr, a_dec_row_off = _narrow_act(
                 tidx, wg, chunk, chunk_sf_off, tile_m
             )
-            a_sf_off = a_sf_col + _sf_row_offset(a_row)
         else:
             # Activations: task i is row a_row + 64 i, bytes [16 c, 16 c + 16).
             a_row = tidx // 4
             a_sf_col = chunk_sf_off
             a_raw_off = a_row * TILE_KB + chunk * 16
-            a_sf_off = chunk_sf_off + _sf_row_offset(a_row)
             a_rr = a_row % 8
             a_dec_row_off = (a_row // 8) * 1024 + a_rr * 128 + chunk * 4
+        a_sf_off = a_sf_col + _sf_row_offset(a_row)
 
         if tile_start < tile_end:
             tile_idx = tile_start
@@ -638,10 +637,11 @@ def kernel(
                                     )
                                 decode_weights(tCrA_regs[q % 2], w_words, w_sfs)
                             else:
-                                # Narrow tiles: the raw activations of K tile t + 1 are
-                                # read first and decoded after the weights, so their
-                                # load latency hides behind the weight decode (past the
-                                # last K tile: unused reads of a stage that may refill).
+                                # Tiles under 128 rows: the raw activations of K tile
+                                # t + 1 are read first and decoded after the weights,
+                                # so their load latency hides behind the weight decode
+                                # (past the last K tile: unused reads of a stage that
+                                # may refill).
                                 next_state = consumer_state.clone()
                                 next_state.advance()
                                 if t + 1 < k_tile_cnt:
