@@ -31,6 +31,7 @@ from .operands import (
     cuda_array_interface,
     device_array,
     device_index,
+    interface_stream,
     torch_pointer,
 )
 
@@ -52,13 +53,11 @@ def describe(g: int, field: str, obj, stream: int) -> DeviceArray:
         raise InvalidProblemError(f"group {g}: {field}: {exc}") from exc
 
 
-def array_pointer(
-    field: str, obj, stream: int, launch_stream: int, producers, device: int, check
-) -> int:
+def array_pointer(field: str, obj, stream: int, producers, device: int, check) -> int:
     """The device address of array operand ``field`` of a whole-array plan (MoE,
     quantizer, a per-group plan's alpha) once it is on ``device`` and passes
     ``check(field, array)``; a producer stream it names (``__cuda_array_interface__`` v3)
-    other than ``launch_stream`` joins ``producers``."""
+    other than the launch's (``stream``) joins ``producers``."""
     try:
         array = device_array(obj, stream)
     except (TypeError, ValueError) as exc:
@@ -68,7 +67,7 @@ def array_pointer(
             f"{field} is on device {array.device}, the plan runs on device {device}"
         )
     check(field, array)
-    if array.stream is not None and array.stream != launch_stream:
+    if array.stream is not None and array.stream != interface_stream(stream):
         producers.add(array.stream)
     return array.pointer
 
@@ -166,10 +165,7 @@ class OperandIntake:
         pointer = torch_pointer(obj, TORCH_ALPHA_DTYPES, self.device, None, 4 * self.count)
         if pointer is not None:
             return pointer
-        launch_stream = 1 if stream == 0 else stream
-        return array_pointer(
-            "alpha", obj, stream, launch_stream, producers, self.device, self._check_alpha_array
-        )
+        return array_pointer("alpha", obj, stream, producers, self.device, self._check_alpha_array)
 
     def _check_alpha_array(self, field: str, array) -> None:
         problem = check_alpha(array, self.count)
@@ -230,7 +226,7 @@ class OperandIntake:
         Anything that does not plainly fit goes to :meth:`_pointer_of`, which accepts it
         or names the group, field and problem.
         """
-        launch_stream = 1 if stream == 0 else stream
+        launch_stream = interface_stream(stream)
         empty, expected, device = self._empty, self._expected[f], self.device
         matrix, is_c = f <= _C, f == _C
         dtype_sizes, torch_names = self._torch_dtype_sizes[f], self.torch_dtypes[f]

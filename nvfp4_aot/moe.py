@@ -224,11 +224,10 @@ class MoeGemmPlan(LaunchedPlan):
         pointers = self._torch.pointers(operands)
         producers = set()
         if None in pointers:
-            launch_stream = 1 if stream == 0 else stream
             for i, (field, obj) in enumerate(zip(self._fields, operands)):
                 if pointers[i] is None:
                     pointers[i] = array_pointer(
-                        field, obj, stream, launch_stream, producers, self.device,
+                        field, obj, stream, producers, self.device,
                         self._check_array,
                     )  # fmt: skip
         return tuple(pointers), producers

@@ -127,10 +127,10 @@ def stream_handle(stream) -> int:
     )
 
 
-def dlpack_stream_argument(handle: int) -> int:
-    """The ``stream`` argument of ``__dlpack__`` for a launch on ``handle``.
-
-    DLPack reserves 0; the legacy default stream is 1 there.
+def interface_stream(handle: int) -> int:
+    """How the array protocols name a launch on stream ``handle``: the ``stream``
+    argument of ``__dlpack__`` and the producer stream of ``__cuda_array_interface__``
+    v3. Both reserve 0; the legacy default stream is 1 there.
     """
     return 1 if handle == 0 else handle
 
@@ -418,7 +418,7 @@ def _from_dlpack(obj, stream: int) -> DeviceArray:
     if int(device_type) not in (KDL_CUDA, KDL_CUDA_MANAGED):
         name = _DEVICE_NAMES.get(int(device_type), f"type {int(device_type)}")
         raise ValueError(f"the array lives on a {name} device, expected a CUDA device")
-    argument = dlpack_stream_argument(stream)
+    argument = interface_stream(stream)
     try:
         capsule = obj.__dlpack__(stream=argument, max_version=(1, 1))
     except TypeError:  # producers that predate DLPack 1.0

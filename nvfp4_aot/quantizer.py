@@ -147,7 +147,6 @@ class QuantizePlan(LaunchedPlan):
     def _pointers(self, operands, stream: int) -> tuple[tuple[int, ...], set[int]]:
         """Describe and check every operand; (pointers in RUN_FIELDS order, producers)."""
         pointers, producers = [], set()
-        launch_stream = 1 if stream == 0 else stream
         for field, obj in zip(RUN_FIELDS, operands):
             if obj is None:
                 pointers.append(0)
@@ -156,9 +155,7 @@ class QuantizePlan(LaunchedPlan):
                 pointers.append(obj)
                 continue
             pointers.append(
-                array_pointer(
-                    field, obj, stream, launch_stream, producers, self.device, self._check_array
-                )
+                array_pointer(field, obj, stream, producers, self.device, self._check_array)
             )
         return tuple(pointers), producers
 

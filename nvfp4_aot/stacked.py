@@ -36,6 +36,7 @@ from .operands import (
     DeviceArray,
     device_array,
     device_index,
+    interface_stream,
     is_c_contiguous,
     is_dense,
     nbytes,
@@ -151,7 +152,7 @@ class StackedIntake:
         problem = self._problem(field, array, need, row)
         if problem:
             raise InvalidProblemError(f"stacked {field} {problem}")
-        if array.stream is not None and array.stream != (1 if stream == 0 else stream):
+        if array.stream is not None and array.stream != interface_stream(stream):
             producers.add(array.stream)
         return array.pointer
 
@@ -184,7 +185,7 @@ class StackedIntake:
         ):
             return None
         producer = interface.get("stream")
-        if producer is not None and producer != (1 if stream == 0 else stream):
+        if producer is not None and producer != interface_stream(stream):
             producers.add(producer)
         return data[0]
 

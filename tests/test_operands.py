@@ -102,7 +102,7 @@ def test_stream_handles():
     assert operands.stream_handle(_CupyLike()) == 0x123
     with pytest.raises(TypeError, match=r"cannot get a CUDA stream handle from str"):
         operands.stream_handle("stream")
-    assert operands.dlpack_stream_argument(0) == 1
+    assert operands.interface_stream(0) == 1
 
 
 @pytest.mark.parametrize("versioned", [False, True])
