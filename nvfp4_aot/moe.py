@@ -227,9 +227,8 @@ class MoeGemmPlan(LaunchedPlan):
             for i, (field, obj) in enumerate(zip(self._fields, operands)):
                 if pointers[i] is None:
                     pointers[i] = array_pointer(
-                        field, obj, stream, producers, self.device,
-                        self._check_array,
-                    )  # fmt: skip
+                        field, obj, stream, producers, self.device, self._check_array
+                    )
         return tuple(pointers), producers
 
     def _check_array(self, field: str, array) -> None:
