@@ -150,6 +150,15 @@ def time_steps(prepare, body, steps: int, hold: GpuHold, chunk: int = 32):
     return [a.elapsed_time(b) * 1e3 for a, b in zip(starts, ends)], starved
 
 
+def time_graph_steps(fn, prepare, steps: int, hold: GpuHold):
+    """``fn()`` captured once in a CUDA graph, its replays timed by :func:`time_steps`
+    (``prepare(i)`` queued before each, outside the pair): (µs per replay, starved)."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return time_steps(prepare, lambda _i: graph.replay(), steps, hold)
+
+
 # ceilings -----------------------------------------------------------------------------
 
 

@@ -68,6 +68,7 @@ from bench_common import (  # noqa: E402
     copy_bandwidth,
     random_scales,
     same_bytes_copy,
+    time_graph_steps,
     time_steps,
 )
 from bench_moe import (  # noqa: E402
@@ -137,10 +138,7 @@ def same_bytes_copy_us(moved: int, device, steps: int, hold) -> float:
     copy = same_bytes_copy(moved, device)
     copy()
     torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        copy()
-    times, _starved = time_steps(lambda _i: None, lambda _i: graph.replay(), steps, hold)
+    times, _starved = time_graph_steps(copy, lambda _i: None, steps, hold)
     return statistics.median(times)
 
 

@@ -66,6 +66,7 @@ from bench_common import (  # noqa: E402
     finite_or_inf,
     random_scales,
     time_graph,
+    time_graph_steps,
     time_steps,
 )
 
@@ -263,10 +264,7 @@ class MoeCase:
         """``torch._grouped_mm`` captured once and replayed after new routings: its median
         µs (or its error) and the starved chunks into ``row``."""
         try:
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                self.grouped_mm()
-            times, starved = time_steps(self.router, lambda _i: graph.replay(), steps, hold)
+            times, starved = time_graph_steps(self.grouped_mm, self.router, steps, hold)
             row["grouped_mm_graph_us"] = statistics.median(times)
             row["starved_chunks"] += starved
         except RuntimeError as exc:
