@@ -97,3 +97,39 @@ def advance_group(
     while tile_idx >= cta_prefix[group_idx + 1]:
         group_idx = group_idx + 1
     return group_idx
+
+
+@cute.jit
+def warp_tile_range(
+    bidx: cutlass.Int32,
+    grid_dim_x: cutlass.Int32,
+    cta_prefix: cute.Tensor,
+    num_groups: cutlass.Constexpr[int],
+):
+    """(tile_start, tile_end, group of tile_start): ``cta_tile_range`` and ``find_group``
+    computed by a whole warp from one round of independent loads (lane l reads
+    cta_prefix[g + 1] for g = l, l + 32, ...). The group of a tile is the number of groups
+    that end at or before it; the total is the last group's end. ``find_group``'s binary
+    search over 120 or 256 groups is a chain of 7-8 dependent loads that every CTA waits
+    for before its first TMA load."""
+    lane = cute.arch.lane_idx()
+    chunks = ceil_div(num_groups, 32)
+    ends = []
+    for i in cutlass.range_constexpr(chunks):
+        if cutlass.const_expr(32 * (i + 1) <= num_groups):
+            end = cta_prefix[32 * i + lane + 1]
+        else:  # lanes past the last group: an end no tile reaches
+            end = cutlass.Int32(0x7FFFFFFF)
+            if 32 * i + lane < num_groups:
+                end = cta_prefix[32 * i + lane + 1]
+        ends.append(end)
+    total = cute.arch.shuffle_sync(ends[chunks - 1], (num_groups - 1) % 32)
+    tiles_per_cta = ceil_div(total, grid_dim_x)
+    tile_start = bidx * tiles_per_cta
+    tile_end = tile_start + tiles_per_cta
+    if tile_end > total:
+        tile_end = total
+    group_idx = cutlass.Int32(0)
+    for i in cutlass.range_constexpr(chunks):
+        group_idx = group_idx + cute.arch.popc(cute.arch.vote_ballot_sync(ends[i] <= tile_start))
+    return tile_start, tile_end, group_idx

@@ -7,7 +7,11 @@ problem sizes (m, n, k, 1), A/B/C and SFA/SFB pointers, and the CTA prefix, with
 experts that got no tokens compacted away (the GEMM schedulers allow empty groups only
 after the last group with tiles). The GEMM cubins stay as they are: they take the total
 tile count from ``cta_prefix[G]`` on the device, so a grid fixed at plan creation serves
-every routing, and an all-empty routing launches CTAs that find no tile.
+every routing, and an all-empty routing launches CTAs that find no tile. The kernel lets
+its dependents launch at once (``griddepcontrol.launch_dependents``): the sm_90a GEMM
+families are launched with programmatic stream serialization and wait for this grid in
+``griddepcontrol.wait`` before they read the tables, so their launch and set-up overlap
+it (a GEMM launched without that attribute, as the sm_100a one, waits as before).
 
 Two layouts (``nvfp4_aot.moe`` documents them with a picture):
 
@@ -119,6 +123,9 @@ def threads_for(num_groups: int) -> int:
 
 @cute.kernel
 def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer, num_groups: cutlass.Constexpr[int]):
+    # The GEMM after this kernel is launched with programmatic stream serialization: let
+    # its CTAs start now (they wait in griddepcontrol.wait until this grid has finished).
+    cute.arch.griddepcontrol_launch_dependents()
     threads = threads_for(num_groups)
     warps = threads // 32
     tidx, _, _ = cute.arch.thread_idx()

@@ -37,9 +37,15 @@ memory as FP16:
              wgmmas run.  A fixed permutation of the 128 K positions of a tile, the
              same for both operands, makes the register decode cheap (see the
              consumer section).
-  warp 8     producer: per-CTA tensormaps (A, B, SFA, SFB) updated in global
-             memory whenever the group changes, TMA loads of raw FP4 + scales into
-             a NUM_STAGES-deep mbarrier pipeline.
+  warp 8     producer: walks the CTA's tiles (the only warp that reads the group
+             tables), points the per-CTA tensormaps (A, B, SFA, SFB) at each new
+             group (fields replaced in shared memory, one copy to the global
+             workspace row each), TMA loads of raw FP4 + scales into a
+             NUM_STAGES-deep mbarrier pipeline, and with a tile's first stage a post
+             of what the consumers need of it (coordinates, sizes, C address,
+             epilogue scale): consumers read no global memory between tiles.
+The grid is launched with programmatic stream serialization (PDL, ``_tile_range``): it
+may start while the MoE routing kernel before it still writes the tables.
 The activation tile (``tile_m`` rows, TILE_M = 128 here), the raw-stage count and
 the CTAs per SM are compile-time arguments of :func:`compile`; the decode family
 (:mod:`.sm90_grouped_gemm_decode`) takes 16-row tiles, where a tile's rows lie inside
@@ -76,7 +82,7 @@ from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
 from .epilogue import alpha_table, output_scale
-from .group_search import advance_group, ceil_div, cta_tile_range, find_group
+from .group_search import advance_group, ceil_div, warp_tile_range
 from .sm90_common import (
     ACC_RESCALE,
     ARCHS,
@@ -84,6 +90,7 @@ from .sm90_common import (
     BYTES_PER_TENSORMAP,
     NUM_CONSUMER_THREADS,
     NUM_CONSUMER_WARPS,
+    NUM_TENSORMAPS,
     PRODUCER_WARP,
     SF_BYTES,
     SF_HALVES,
@@ -201,20 +208,72 @@ def _store_act(a_words, a_sfs, a_dst, a_rr, tile_m):
                     sts_b32(dst + (w // 2) * (tile_m * 128) + ((a_rr ^ unit) * 16), vals[s])
 
 
+# Per stage, the Int32 words a tile's post holds beside its C address and scale.
+TILE_INTS = 5  # coord_m, coord_n, m, n, k_tile_cnt
+
+
+def _post_tile(tile_posts, stage, group, coord_m, coord_n, c_address, alpha_ptrs, group_idx):
+    """Producer: post what the consumers need of a tile (coordinates, sizes, C address,
+    epilogue scale with the group's alpha) with its first stage, so that they read no
+    global memory between tiles (a chain of dependent loads per tile before)."""
+    tile_c, tile_scale, tile_ints = tile_posts
+    m, n, _cta_m, k_tile_cnt, _loaded_idx = group
+    with cute.arch.elect_one():  # the thread whose arrive publishes the stage
+        for i, v in enumerate((coord_m, coord_n, m, n, k_tile_cnt)):
+            tile_ints[i, stage] = v
+        tile_c[stage] = c_address
+        if cutlass.const_expr(alpha_ptrs is not None):
+            tile_scale[stage] = output_scale(alpha_ptrs, group_idx, ACC_RESCALE)
+
+
+@cute.jit
+def _read_post(tile_posts, stage, alpha_ptrs):
+    """Consumers: (coord_m, coord_n, m, n, k_tile_cnt, C address, epilogue scale) of the
+    tile whose first stage is ``stage`` (``_post_tile``). Lane 0 of each warp reads them
+    and shuffles them to the others: it is the lane whose ``consumer_release`` later frees
+    the stage, so that release orders the read before the producer's next post there."""
+    tile_c, tile_scale, tile_ints = tile_posts
+    coord_m, coord_n, m, n, k_tile_cnt = (cutlass.Int32(0) for _ in range(TILE_INTS))
+    c_address = cutlass.Int64(0)
+    scale = cutlass.Float32(ACC_RESCALE)
+    if cute.arch.lane_idx() == 0:
+        coord_m, coord_n, m, n, k_tile_cnt = (tile_ints[i, stage] for i in range(TILE_INTS))
+        c_address = tile_c[stage]
+        if cutlass.const_expr(alpha_ptrs is not None):
+            scale = tile_scale[stage]
+    coord_m, coord_n, m, n, k_tile_cnt, c_address = (
+        cute.arch.shuffle_sync(v, 0) for v in (coord_m, coord_n, m, n, k_tile_cnt, c_address)
+    )
+    if cutlass.const_expr(alpha_ptrs is not None):
+        scale = cute.arch.shuffle_sync(scale, 0)
+    return coord_m, coord_n, m, n, k_tile_cnt, c_address, scale
+
+
 def _sf_row_offset(row):
     """Byte offset of row ``row`` (of its 128-row block) in a blocked scale atom."""
     return (row % 32) * 16 + ((row // 32) % 4) * 4
 
 
 @cute.jit
-def _walk_start(
-    tile_start: cutlass.Int32, tensor_of_cta_prefix: cute.Tensor, num_groups: cutlass.Constexpr[int]
-):
-    """(group_idx, group) for ``_tile_at`` at a CTA's first tile: the group holding it
-    and, as ``group``, (m, n, cta_m, k_tile_cnt, loaded_idx) with loaded_idx -1, so that
-    the first tile reads its group's sizes."""
-    group_idx = find_group(tile_start, tensor_of_cta_prefix, num_groups)
-    return group_idx, tuple(cutlass.Int32(v) for v in (0, 0, 1, 0, -1))
+def _tile_range(bidx, grid_dim_x, tensor_of_cta_prefix, num_groups: cutlass.Constexpr[int]):
+    """(tile_start, tile_end, group of tile_start) of this CTA, the same split as the
+    sm_100a kernel, once the kernel before this one has finished.
+
+    The kernel is launched with programmatic stream serialization (PDL): its CTAs may
+    start while the kernel before them (the MoE routing kernel, which writes the tables
+    read here) still runs, so each warp waits in ``griddepcontrol.wait`` before its first
+    global read. The only global writes before that are the producer's tensormap
+    initialisation in this CTA's own workspace row, which no kernel that can still be
+    running reads: GEMM launches never release their dependents early, and the routing
+    kernel, which does, starts only after all work before it."""
+    cute.arch.griddepcontrol_wait()
+    return warp_tile_range(bidx, grid_dim_x, tensor_of_cta_prefix, num_groups)
+
+
+def _walk_start():
+    """``group`` for ``_tile_at`` at a CTA's first tile: (m, n, cta_m, k_tile_cnt,
+    loaded_idx) with loaded_idx -1, so that the first tile reads its group's sizes."""
+    return tuple(cutlass.Int32(v) for v in (0, 0, 1, 0, -1))
 
 
 @cute.jit
@@ -253,6 +312,7 @@ def _update_tensormaps(
     tensormap_manager,
     tma_atoms,
     tensormap_gmem_ptrs,
+    tensormap_smem_ptrs,
     tensor_of_abc_ptrs,
     tensor_of_sfasfb_ptrs,
     group_idx,
@@ -261,17 +321,23 @@ def _update_tensormaps(
     k,
 ):
     """Point the CTA's tensormaps (A, B, SFA, SFB) at group ``group_idx`` and fence them
-    before the next TMA load uses them."""
+    before the next TMA load uses them. The fields are replaced in the shared-memory
+    copies and each descriptor goes to global memory in one ``tensormap.cp_fenceproxy``
+    (replacing them in global memory was a chain of dependent global read-modify-writes,
+    on the critical path of every group's first TMA load)."""
     real_a = make_ab_tensor(gmem_u8(tensor_of_abc_ptrs[group_idx, 0]), m, k)
     real_b = make_ab_tensor(gmem_u8(tensor_of_abc_ptrs[group_idx, 1]), n, k)
     real_sfa = make_sf_tensor(gmem_u8(tensor_of_sfasfb_ptrs[group_idx, 0]), m, k)
     real_sfb = make_sf_tensor(gmem_u8(tensor_of_sfasfb_ptrs[group_idx, 1]), n, k)
+    # every lane's read of the copies for the last group (the copy to global memory) comes
+    # before the elected lane rewrites them
+    cute.arch.sync_warp()
     tensormap_manager.update_tensormap(
         (real_a, real_b, real_sfa, real_sfb),
         tma_atoms,
         tensormap_gmem_ptrs,
         PRODUCER_WARP,
-        (None, None, None, None),
+        tensormap_smem_ptrs,
     )
     for ptr in tensormap_gmem_ptrs:
         tensormap_manager.fence_tensormap_update(ptr)
@@ -311,9 +377,6 @@ def kernel(
     bidx, _, _ = cute.arch.block_idx()
     grid_dim_x, _, _ = cute.arch.grid_dim()
 
-    # Contiguous tile range of this CTA (same split as the sm_100a kernel).
-    tile_start, tile_end = cta_tile_range(bidx, grid_dim_x, tensor_of_cta_prefix, num_groups)
-
     #
     # Shared memory
     #
@@ -337,6 +400,14 @@ def kernel(
         # Decoded FP16 activations (the wgmma B operand), K-major 128B-swizzled.
         sA_dec: cute.struct.Align[
             cute.struct.MemRange[cutlass.Float16, NUM_DEC_BUFFERS * dec_elems_a], 1024
+        ]
+        # What the producer posts with the first stage of each tile (``_post_tile``).
+        tile_c: cute.struct.MemRange[cutlass.Int64, num_stages]
+        tile_scale: cute.struct.MemRange[cutlass.Float32, num_stages]
+        tile_ints: cute.struct.MemRange[cutlass.Int32, num_stages * TILE_INTS]
+        # The producer's staging copies of the four descriptors (``_update_tensormaps``).
+        tensormap_buffer: cute.struct.Align[
+            cute.struct.MemRange[cutlass.Int64, NUM_TENSORMAPS * BYTES_PER_TENSORMAP // 8], 128
         ]
 
     smem = SmemAllocator()
@@ -366,6 +437,14 @@ def kernel(
     )
     # (tile_m, TILE_K, DEC_BUF)
     sA_dec = storage.sA_dec.get_tensor(a_dec_layout.outer, swizzle=a_dec_layout.inner)
+    # (STAGE) / (STAGE) / (TILE_INTS, STAGE)
+    tile_posts = (
+        storage.tile_c.get_tensor(cute.make_layout(num_stages)),
+        storage.tile_scale.get_tensor(cute.make_layout(num_stages)),
+        storage.tile_ints.get_tensor(
+            cute.make_layout((TILE_INTS, num_stages), stride=(1, TILE_INTS))
+        ),
+    )
 
     #
     # Mainloop pipeline: producer = TMA (1 arrive + tx bytes), consumer = one
@@ -403,28 +482,23 @@ def kernel(
     # Producer warp: tensormaps + TMA loads.
     #
     if warp_idx == PRODUCER_WARP:
-        tensormap_manager = TensorMapManager(TensorMapUpdateMode.GMEM, BYTES_PER_TENSORMAP)
-        tensormap_a_gmem_ptr = tensormap_manager.get_tensormap_ptr(
-            tensormaps[(bidx, 0, None)].iterator
+        tensormap_manager = TensorMapManager(TensorMapUpdateMode.SMEM, BYTES_PER_TENSORMAP)
+        tma_atoms = (tma_atom_a, tma_atom_b, tma_atom_sfa, tma_atom_sfb)
+        # this CTA's workspace row (A, B, SFA, SFB) and their shared-memory copies
+        tensormap_gmem_ptrs = tuple(
+            tensormap_manager.get_tensormap_ptr(tensormaps[(bidx, i, None)].iterator)
+            for i in range(NUM_TENSORMAPS)
         )
-        tensormap_b_gmem_ptr = tensormap_manager.get_tensormap_ptr(
-            tensormaps[(bidx, 1, None)].iterator
+        tensormap_smem_ptrs = tuple(
+            storage.tensormap_buffer.data_ptr() + i * (BYTES_PER_TENSORMAP // 8)
+            for i in range(NUM_TENSORMAPS)
         )
-        tensormap_sfa_gmem_ptr = tensormap_manager.get_tensormap_ptr(
-            tensormaps[(bidx, 2, None)].iterator
-        )
-        tensormap_sfb_gmem_ptr = tensormap_manager.get_tensormap_ptr(
-            tensormaps[(bidx, 3, None)].iterator
-        )
-        tensormap_manager.init_tensormap_from_atom(tma_atom_a, tensormap_a_gmem_ptr, PRODUCER_WARP)
-        tensormap_manager.init_tensormap_from_atom(tma_atom_b, tensormap_b_gmem_ptr, PRODUCER_WARP)
-        tensormap_manager.init_tensormap_from_atom(
-            tma_atom_sfa, tensormap_sfa_gmem_ptr, PRODUCER_WARP
-        )
-        tensormap_manager.init_tensormap_from_atom(
-            tma_atom_sfb, tensormap_sfb_gmem_ptr, PRODUCER_WARP
-        )
+        for atom, smem_ptr in zip(tma_atoms, tensormap_smem_ptrs):
+            tensormap_manager.init_tensormap_from_atom(atom, smem_ptr, PRODUCER_WARP)
         tensormap_manager.fence_tensormap_initialization()
+        tile_start, tile_end, start_group = _tile_range(
+            bidx, grid_dim_x, tensor_of_cta_prefix, num_groups
+        )
 
         producer_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Producer, num_stages
@@ -432,19 +506,15 @@ def kernel(
         update_tensormaps = functools.partial(
             _update_tensormaps,
             tensormap_manager,
-            (tma_atom_a, tma_atom_b, tma_atom_sfa, tma_atom_sfb),
-            (
-                tensormap_a_gmem_ptr,
-                tensormap_b_gmem_ptr,
-                tensormap_sfa_gmem_ptr,
-                tensormap_sfb_gmem_ptr,
-            ),
+            tma_atoms,
+            tensormap_gmem_ptrs,
+            tensormap_smem_ptrs,
             tensor_of_abc_ptrs,
             tensor_of_sfasfb_ptrs,
         )
         if tile_start < tile_end:
             tile_idx = tile_start
-            group_idx, group = _walk_start(tile_idx, tensor_of_cta_prefix, num_groups)
+            group_idx, group = start_group, _walk_start()
             while tile_idx < tile_end:
                 group_idx, group, coord_m, coord_n = _tile_at(
                     tile_idx,
@@ -463,22 +533,28 @@ def kernel(
                     sf_block = coord_m // rows_per_sf_block
                 tAgSFA_tile = tAgSFA[(None, 0, None, sf_block)]
                 tBgSFB_tile = tBgSFB[(None, 0, None, coord_n)]
-                desc_a = tensormap_manager.get_tensormap_ptr(
-                    tensormap_a_gmem_ptr, cute.AddressSpace.generic
-                )
-                desc_b = tensormap_manager.get_tensormap_ptr(
-                    tensormap_b_gmem_ptr, cute.AddressSpace.generic
-                )
-                desc_sfa = tensormap_manager.get_tensormap_ptr(
-                    tensormap_sfa_gmem_ptr, cute.AddressSpace.generic
-                )
-                desc_sfb = tensormap_manager.get_tensormap_ptr(
-                    tensormap_sfb_gmem_ptr, cute.AddressSpace.generic
+                desc_a, desc_b, desc_sfa, desc_sfb = (
+                    tensormap_manager.get_tensormap_ptr(ptr, cute.AddressSpace.generic)
+                    for ptr in tensormap_gmem_ptrs
                 )
                 for k_tile in cutlass.range(k_tile_cnt, unroll=1):
-                    ab_pipeline.producer_acquire(producer_state)
-                    bar = ab_pipeline.producer_get_barrier(producer_state)
                     stage = producer_state.index
+                    # producer_acquire, with the tile's post written between the wait
+                    # for the empty stage and the arrive that releases it to consumers
+                    ab_pipeline.sync_object_empty.wait(stage, producer_state.phase)
+                    if k_tile == 0:
+                        _post_tile(
+                            tile_posts,
+                            stage,
+                            group,
+                            coord_m,
+                            coord_n,
+                            tensor_of_abc_ptrs[group_idx, 2],
+                            alpha_ptrs,
+                            group_idx,
+                        )
+                    ab_pipeline.sync_object_full.arrive(stage, ab_pipeline.producer_mask)
+                    bar = ab_pipeline.producer_get_barrier(producer_state)
                     cute.copy(
                         tma_atom_a,
                         tAgA_tile[(None, k_tile)],
@@ -560,144 +636,133 @@ def kernel(
             a_dec_row_off = (a_row // 8) * 1024 + a_rr * 128 + chunk * 4
         a_sf_off = a_sf_col + _sf_row_offset(a_row)
 
-        if tile_start < tile_end:
-            tile_idx = tile_start
-            group_idx, group = _walk_start(tile_idx, tensor_of_cta_prefix, num_groups)
-            while tile_idx < tile_end:
-                group_idx, group, coord_m, coord_n = _tile_at(
-                    tile_idx,
-                    group_idx,
-                    group,
-                    tensor_of_problem_sizes,
-                    tensor_of_cta_prefix,
-                    None,
-                    tile_m,
-                )
-                if cutlass.const_expr(rows_per_sf_block > 1):
-                    # the tile's rows sit inside a 128-row scale block
-                    a_sf_off = a_sf_col + _sf_row_offset(
-                        (coord_m % rows_per_sf_block) * tile_m + a_row
-                    )
-                m, n, _cta_m, k_tile_cnt, _loaded_idx = group
-                # read before the main loop, so the load's latency hides behind it
-                scale = output_scale(alpha_ptrs, group_idx, ACC_RESCALE)
-
-                acc.fill(0.0)
-                tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-                # Ping-pong.  Prologue: both warpgroups decode their halves of
-                # the activations of K tile 0 into buffer 0.
-                consumer_wait(full_bar_base, consumer_state)
-                _decode_act(
-                    a_raw_base + consumer_state.index * a_raw_bytes + a_raw_off,
-                    sfa_base + consumer_state.index * SF_BYTES + a_sf_off,
-                    a_dec_base + a_dec_row_off,
-                    a_rr,
-                    tile_m,
-                )
-                # Raw weights are loaded one K tile ahead (here K tile 0), so
-                # the LDS latency is off the decode's critical path.
-                w_words, w_sfs = load_weights(
-                    b_raw_base + consumer_state.index * B_RAW_BYTES + w_raw_off,
-                    sfb_base + consumer_state.index * SF_BYTES + w_sf_off,
-                )
-                cute.arch.fence_proxy("async.shared", space="cta")
-                consumer_bar.arrive_and_wait()
-                # K tile t: decode own weights (t) into register set t % 2 and
-                # own activation half of K tile t + 1 into buffer (t + 1) % 4,
-                # then wait for this warpgroup's turn, issue, retire wgmma t - 1,
-                # hand the turn to the other warpgroup.  Warpgroup 0 goes first.
-                # Each warpgroup retires its own wgmmas right after issuing them
-                # (FA3 style); the other warpgroup decodes meanwhile.  Keeping a
-                # wgmma in flight across the decode instead (wait_group(1), or
-                # v2's wait before the issue) gave no gain on the H200, and ptxas
-                # serialises every HGMMA (C7511) when this loop is unrolled by 4
-                # with it.  Four activation buffers: a warpgroup writes buffer
-                # (t + 1) % 4 while the other may still be reading t - 2's.
-                for k_quad in cutlass.range((k_tile_cnt + 3) // 4, unroll=1):
-                    for q in cutlass.range_constexpr(4):
-                        t = k_quad * 4 + q
-                        if t < k_tile_cnt:
-                            next_dst = (
-                                a_dec_base
-                                + ((q + 1) % NUM_DEC_BUFFERS) * (dec_elems_a * 2)
-                                + a_dec_row_off
-                            )
-                            if cutlass.const_expr(tile_m == TILE_M):
-                                if t + 1 < k_tile_cnt:
-                                    next_state = consumer_state.clone()
-                                    next_state.advance()
-                                    consumer_wait(full_bar_base, next_state)
-                                    nstage = next_state.index
-                                    _decode_act(
-                                        a_raw_base + nstage * a_raw_bytes + a_raw_off,
-                                        sfa_base + nstage * SF_BYTES + a_sf_off,
-                                        next_dst,
-                                        a_rr,
-                                        tile_m,
-                                    )
-                                decode_weights(tCrA_regs[q % 2], w_words, w_sfs)
-                            else:
-                                # Tiles under 128 rows: the raw activations of K tile
-                                # t + 1 are read first and decoded after the weights,
-                                # so their load latency hides behind the weight decode
-                                # (past the last K tile: unused reads of a stage that
-                                # may refill).
+        tile_idx, tile_end, _start_group = _tile_range(
+            bidx, grid_dim_x, tensor_of_cta_prefix, num_groups
+        )
+        while tile_idx < tile_end:
+            # The tile's first stage carries what the producer posted for it.
+            consumer_wait(full_bar_base, consumer_state)
+            coord_m, coord_n, m, n, k_tile_cnt, c_address, scale = _read_post(
+                tile_posts, consumer_state.index, alpha_ptrs
+            )
+            if cutlass.const_expr(rows_per_sf_block > 1):
+                # the tile's rows sit inside a 128-row scale block
+                a_sf_off = a_sf_col + _sf_row_offset((coord_m % rows_per_sf_block) * tile_m + a_row)
+            acc.fill(0.0)
+            tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+            # Ping-pong.  Prologue: both warpgroups decode their halves of
+            # the activations of K tile 0 into buffer 0.
+            _decode_act(
+                a_raw_base + consumer_state.index * a_raw_bytes + a_raw_off,
+                sfa_base + consumer_state.index * SF_BYTES + a_sf_off,
+                a_dec_base + a_dec_row_off,
+                a_rr,
+                tile_m,
+            )
+            # Raw weights are loaded one K tile ahead (here K tile 0), so
+            # the LDS latency is off the decode's critical path.
+            w_words, w_sfs = load_weights(
+                b_raw_base + consumer_state.index * B_RAW_BYTES + w_raw_off,
+                sfb_base + consumer_state.index * SF_BYTES + w_sf_off,
+            )
+            cute.arch.fence_proxy("async.shared", space="cta")
+            consumer_bar.arrive_and_wait()
+            # K tile t: decode own weights (t) into register set t % 2 and
+            # own activation half of K tile t + 1 into buffer (t + 1) % 4,
+            # then wait for this warpgroup's turn, issue, retire wgmma t - 1,
+            # hand the turn to the other warpgroup.  Warpgroup 0 goes first.
+            # Each warpgroup retires its own wgmmas right after issuing them
+            # (FA3 style); the other warpgroup decodes meanwhile.  Keeping a
+            # wgmma in flight across the decode instead (wait_group(1), or
+            # v2's wait before the issue) gave no gain on the H200, and ptxas
+            # serialises every HGMMA (C7511) when this loop is unrolled by 4
+            # with it.  Four activation buffers: a warpgroup writes buffer
+            # (t + 1) % 4 while the other may still be reading t - 2's.
+            for k_quad in cutlass.range((k_tile_cnt + 3) // 4, unroll=1):
+                for q in cutlass.range_constexpr(4):
+                    t = k_quad * 4 + q
+                    if t < k_tile_cnt:
+                        next_dst = (
+                            a_dec_base
+                            + ((q + 1) % NUM_DEC_BUFFERS) * (dec_elems_a * 2)
+                            + a_dec_row_off
+                        )
+                        if cutlass.const_expr(tile_m == TILE_M):
+                            if t + 1 < k_tile_cnt:
                                 next_state = consumer_state.clone()
                                 next_state.advance()
-                                if t + 1 < k_tile_cnt:
-                                    consumer_wait(full_bar_base, next_state)
+                                consumer_wait(full_bar_base, next_state)
                                 nstage = next_state.index
-                                a_words, a_sfs = _load_act(
+                                _decode_act(
                                     a_raw_base + nstage * a_raw_bytes + a_raw_off,
                                     sfa_base + nstage * SF_BYTES + a_sf_off,
+                                    next_dst,
+                                    a_rr,
                                     tile_m,
                                 )
-                                decode_weights(tCrA_regs[q % 2], w_words, w_sfs)
-                                if t + 1 < k_tile_cnt:
-                                    _store_act(a_words, a_sfs, next_dst, a_rr, tile_m)
-                            ab_pipeline.consumer_release(consumer_state)
-                            consumer_state.advance()
-                            cute.arch.fence_proxy("async.shared", space="cta")
-                            if t > 0 or wg == 1:
-                                my_turn_bar.arrive_and_wait()
-                            warpgroup.fence()
-                            for kb in cutlass.range_constexpr(num_k_blocks):
-                                cute.gemm(
-                                    tiled_mma,
-                                    acc,
-                                    tCrA_sets[q % 2][(None, None, kb)],
-                                    tCrB[(None, None, kb, q)],
-                                    acc,
-                                )
-                            warpgroup.commit_group()
-                            if t + 1 < k_tile_cnt or wg == 0:
-                                other_turn_bar.arrive()
-                            # Raw weights of K tile t + 1 (waited for above), read
-                            # while the wgmmas run.  Past the last K tile these are
-                            # unused reads of a stage that may be refilling.
-                            w_words, w_sfs = load_weights(
-                                b_raw_base + consumer_state.index * B_RAW_BYTES + w_raw_off,
-                                sfb_base + consumer_state.index * SF_BYTES + w_sf_off,
+                            decode_weights(tCrA_regs[q % 2], w_words, w_sfs)
+                        else:
+                            # Tiles under 128 rows: the raw activations of K tile
+                            # t + 1 are read first and decoded after the weights,
+                            # so their load latency hides behind the weight decode
+                            # (past the last K tile: unused reads of a stage that
+                            # may refill).
+                            next_state = consumer_state.clone()
+                            next_state.advance()
+                            if t + 1 < k_tile_cnt:
+                                consumer_wait(full_bar_base, next_state)
+                            nstage = next_state.index
+                            a_words, a_sfs = _load_act(
+                                a_raw_base + nstage * a_raw_bytes + a_raw_off,
+                                sfa_base + nstage * SF_BYTES + a_sf_off,
+                                tile_m,
                             )
-                            warpgroup.wait_group(0)
-                # Retire the last wgmma; the next tile's prologue overwrites
-                # buffer 0, so wait for the other warpgroup too.
-                warpgroup.wait_group(0)
-                consumer_bar.arrive_and_wait()
+                            decode_weights(tCrA_regs[q % 2], w_words, w_sfs)
+                            if t + 1 < k_tile_cnt:
+                                _store_act(a_words, a_sfs, next_dst, a_rr, tile_m)
+                        ab_pipeline.consumer_release(consumer_state)
+                        consumer_state.advance()
+                        cute.arch.fence_proxy("async.shared", space="cta")
+                        if t > 0 or wg == 1:
+                            my_turn_bar.arrive_and_wait()
+                        warpgroup.fence()
+                        for kb in cutlass.range_constexpr(num_k_blocks):
+                            cute.gemm(
+                                tiled_mma,
+                                acc,
+                                tCrA_sets[q % 2][(None, None, kb)],
+                                tCrB[(None, None, kb, q)],
+                                acc,
+                            )
+                        warpgroup.commit_group()
+                        if t + 1 < k_tile_cnt or wg == 0:
+                            other_turn_bar.arrive()
+                        # Raw weights of K tile t + 1 (waited for above), read
+                        # while the wgmmas run.  Past the last K tile these are
+                        # unused reads of a stage that may be refilling.
+                        w_words, w_sfs = load_weights(
+                            b_raw_base + consumer_state.index * B_RAW_BYTES + w_raw_off,
+                            sfb_base + consumer_state.index * SF_BYTES + w_sf_off,
+                        )
+                        warpgroup.wait_group(0)
+            # Retire the last wgmma; the next tile's prologue overwrites
+            # buffer 0, so wait for the other warpgroup too.
+            warpgroup.wait_group(0)
+            consumer_bar.arrive_and_wait()
 
-                store_tile(
-                    acc,
-                    tCcC,
-                    tensor_of_abc_ptrs[group_idx, 2],
-                    m,
-                    n,
-                    coord_m,
-                    coord_n,
-                    scale,
-                    c_dtype,
-                    tile_m,
-                )
-                tile_idx += 1
+            store_tile(
+                acc,
+                tCcC,
+                c_address,
+                m,
+                n,
+                coord_m,
+                coord_n,
+                scale,
+                c_dtype,
+                tile_m,
+            )
+            tile_idx += 1
 
 
 # ---------------------------------------------------------------------------
@@ -743,6 +808,7 @@ def grouped_gemm_host(
         block=[THREADS, 1, 1],
         cluster=(1, 1, 1),
         min_blocks_per_mp=blocks_per_sm,
+        use_pdl=True,  # see _tile_range
         # several CTAs per SM need the whole unified L1/shared memory as shared memory
         preferred_smem_carveout=100 if blocks_per_sm > 1 else None,
     )
