@@ -7,9 +7,9 @@
   by family, fewest groups first. Which family a plan runs is
   :func:`nvfp4_aot.selection.choose_family`'s choice, and the plan splits its groups
   over that family's baked group counts.
-* :func:`read_cubin` checks a cubin's size, sha256 and ELF arch before the driver sees
-  it: the driver accepts an sm_100a cubin on an sm_90 GPU and only later reports that it
-  holds no kernels.
+* :func:`read_cubin` reads a cubin (plain, or xz-packed as the wheel ships it) and checks
+  its size, sha256 and ELF arch before the driver sees it: the driver accepts an sm_100a
+  cubin on an sm_90 GPU and only later reports that it holds no kernels.
 * :func:`load_kernel` loads a variant (``cuLibraryLoadData`` -> ``cuLibraryGetKernel``
   -> ``cuKernelGetFunction`` in the device's primary context), checks its parameters
   against ``cuFuncGetParamInfo`` and sets its function attributes, once per (artifacts
@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import hashlib
+import lzma
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,11 +118,33 @@ def variants_for(
     return sorted(found, key=lambda v: (v.family, v.num_groups))
 
 
+# The wheel ships each cubin xz-compressed beside the manifest (setup.py); a source
+# checkout or a fresh bake holds the plain files.
+PACKED_SUFFIX = ".xz"
+
+
+def _cubin_bytes(path: Path) -> bytes:
+    """The bytes of cubin ``path``, or of ``path`` + PACKED_SUFFIX decompressed."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        packed = path.with_name(path.name + PACKED_SUFFIX)
+        if not packed.is_file():
+            raise
+    try:
+        return lzma.decompress(packed.read_bytes())
+    except lzma.LZMAError as exc:
+        raise ArtifactError(
+            f"{packed} does not decompress ({exc}): the file is corrupt; reinstall nvfp4-aot"
+        ) from exc
+
+
 def read_cubin(directory: Path, variant: Variant) -> bytes:
-    """The variant's cubin after checking its size, sha256 and ELF arch."""
+    """The variant's cubin (plain or xz-packed) after checking its size, sha256 and ELF
+    arch."""
     path = Path(directory) / variant.cubin
     try:
-        data = path.read_bytes()
+        data = _cubin_bytes(path)
     except FileNotFoundError as exc:
         raise ArtifactError(
             f"{path} is missing although the manifest names it; rebake the artifacts "

@@ -2,7 +2,7 @@
 
 In order: the directory named by the environment variable ``NVFP4_AOT_ARTIFACTS``;
 ``nvfp4_aot/artifacts/`` inside the installed package (the wheel copies the repository's
-``artifacts/`` there); the repository's ``artifacts/`` next to the package (a source
+``artifacts/`` there, each cubin xz-packed); the repository's ``artifacts/`` next to the package (a source
 checkout). A directory counts only when it holds ``manifest.json``, which the build
 writes last.
 """

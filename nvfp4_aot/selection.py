@@ -1,6 +1,6 @@
 """Which kernel family a plan runs when several serve its device.
 
-On sm_90a two families share one ABI: ``sm90_nvfp4_grouped_gemm`` decodes the
+On sm_90a four families share one ABI. ``sm90_nvfp4_grouped_gemm`` decodes the
 activation rows of every tile in the CTA that computes it, ``..._a16`` decodes all
 activations once per launch into an FP16 scratch (a grid-wide first phase) and
 loads them by TMA. The second saves decode work in proportion to how many N tiles
@@ -8,12 +8,13 @@ reuse each activation row, and costs its first phase, a grid barrier and the
 scratch traffic; it pays when the groups are wide and K is long. The thresholds
 come from H200 measurements (``docs/hopper_kernel_notes.md``, ``bench/`` logs).
 
-A third, ``..._decode``, is the per-CTA kernel with 16-row activation tiles: where
-groups hold a few rows (MoE decode: a few tokens per expert) it skips the MMA and
-activation-decode work of 128-row tiles that are mostly empty, and runs two CTAs per
-SM; with more rows than its tile it decodes each weight tile once per 16 rows. A plan
-takes the family with the smallest activation tile that holds the rows it expects per
-group (``docs/decode.md``).
+``..._decode`` and ``..._decode32`` are the per-CTA kernel with 16- and 32-row
+activation tiles: where groups hold a few rows (MoE decode: a few tokens per expert)
+they skip the MMA and activation-decode work of 128-row tiles that are mostly empty,
+and run two CTAs per SM; with more rows than its tile a group decodes each weight tile
+once per tile of rows. A plan takes the narrowest of them that holds the rows it
+expects per group, handing over from 16- to 32-row tiles at the measured crossover
+(``NARROW_HANDOVER_ROWS``, ``docs/decode.md``); past 32 rows, the 128-row families.
 """
 
 from __future__ import annotations
@@ -31,6 +32,27 @@ from .manifest import Variant
 # longer stays in L2), so they keep the per-CTA decode.
 MIN_N_TILES_PER_GROUP = 32
 MIN_K = 2048
+
+
+# Where a wider narrow tile is baked too, the rows per group above which it took over on
+# the H200 (session 11, docs/h200/session11/call6-8): 16-row tiles were 8-16 % faster at
+# 2-8 rows per expert and 10-27 % slower at 16 (experts past 16 rows run two 16-row
+# tiles; the routings' experts vary), so the handover lies between; 12 is its middle.
+# 32-row tiles were 11-40 % faster than the 128-row families at 32 rows per expert and
+# 5-44 % slower at 64: they take up to their own 32 rows.
+NARROW_HANDOVER_ROWS = {16: 12}
+
+
+def narrow_family(tile_m: dict[str, int], rows: float) -> str | None:
+    """Among families with activation tiles narrower than the widest (``tile_m`` by
+    family), the narrowest that takes ``rows`` expected rows per group, or None."""
+    widest = max(tile_m.values())
+    narrow = sorted((tile, f) for f, tile in tile_m.items() if tile < widest)
+    for i, (tile, family) in enumerate(narrow):
+        wider_baked = i + 1 < len(narrow)
+        if rows <= (NARROW_HANDOVER_ROWS.get(tile, tile) if wider_baked else tile):
+            return family
+    return None
 
 
 def decodes_activations_once(variants: list[Variant]) -> bool:
@@ -79,11 +101,10 @@ def choose_family(variants: list[Variant], problem_sizes, requested: str | None 
     tile_m = {f: vs[0].tile_mnk[0] for f, vs in families.items()}
     plain = [f for f, vs in families.items() if not decodes_activations_once(vs)]
     if plain:
-        # a narrower activation tile than the widest one, if the expected rows fit it
+        narrow = narrow_family({f: tile_m[f] for f in plain}, rows)
+        if narrow is not None:
+            return narrow
         widest = max(tile_m[f] for f in plain)
-        narrow = sorted((tile_m[f], f) for f in plain if rows <= tile_m[f] < widest)
-        if narrow:
-            return narrow[0][1]
         plain = [f for f in plain if tile_m[f] == widest]
     once = [f for f, vs in families.items() if decodes_activations_once(vs)]
     if once:

@@ -272,6 +272,8 @@ A16_WORKSPACE = Workspace(
     bytes_per_block=512, activation_bytes_per_element=2, activation_k_multiple=128, zero_once=True
 )
 A16_EXTRA = {"family": A16, "workspace": A16_WORKSPACE, "cooperative": 1}
-# ... and the per-CTA kernel with 16-row activation tiles, two CTAs per SM
+# ... and the per-CTA kernel with 16- and 32-row activation tiles, two CTAs per SM
 DECODE = "sm90_nvfp4_grouped_gemm_decode"
 DECODE_EXTRA = {"family": DECODE, "tile": (16, 128, 128), "blocks_per_sm": 2}
+DECODE32 = "sm90_nvfp4_grouped_gemm_decode32"
+DECODE32_EXTRA = {"family": DECODE32, "tile": (32, 128, 128), "blocks_per_sm": 2}

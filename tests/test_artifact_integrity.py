@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import lzma
 import re
 import shutil
 import sys
@@ -535,3 +536,40 @@ def test_swapped_input_names_are_caught(first, second):
         problems = launch_input_problems(swapped, carried, grid_x)
         assert problems, f"{variant.name}: swapping {first} and {second} went unnoticed"
         assert all(variant.name in p for p in problems)
+
+
+# ---------------------------------------------------------------------------------------
+# xz-packed cubins (the wheel's form, setup.py)
+
+
+def _pack_all(directory: Path) -> None:
+    for path in directory.glob("*.cubin"):
+        path.with_name(path.name + loader.PACKED_SUFFIX).write_bytes(
+            lzma.compress(path.read_bytes())
+        )
+        path.unlink()
+
+
+def test_packed_cubins_read_as_the_plain_ones(art):
+    manifest = loader.load_manifest(COMMITTED)
+    _pack_all(art)
+    for variant in manifest.variants:
+        assert loader.read_cubin(art, variant) == (COMMITTED / variant.cubin).read_bytes()
+
+
+def test_packed_cubin_corrupt_or_replaced_is_an_artifact_error(art):
+    variant = next(v for v in loader.load_manifest(COMMITTED).variants if v.arch == "sm_90a")
+    _pack_all(art)
+    packed = art / (variant.cubin + loader.PACKED_SUFFIX)
+    packed.write_bytes(packed.read_bytes()[:-40])  # truncated: does not decompress
+    with pytest.raises(
+        ArtifactError, match=rf"{re.escape(str(packed))} does not decompress.*{FIX}"
+    ):
+        loader.read_cubin(art, variant)
+    other = next(v for v in loader.load_manifest(COMMITTED).variants if v.cubin != variant.cubin)
+    packed.write_bytes(lzma.compress((COMMITTED / other.cubin).read_bytes()))  # another cubin
+    with pytest.raises(ArtifactError, match=r"(holds \d+ bytes|has sha256)"):
+        loader.read_cubin(art, variant)
+    packed.unlink()
+    with pytest.raises(ArtifactError, match=rf"is missing although the manifest names it.*{FIX}"):
+        loader.read_cubin(art, variant)

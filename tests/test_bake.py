@@ -246,7 +246,7 @@ def test_wheel_contains_the_artifacts(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "nvfp4_aot/artifacts/manifest.json" in names
     for v in COMMITTED.variants:
-        assert f"nvfp4_aot/artifacts/{v.cubin}" in names
+        assert f"nvfp4_aot/artifacts/{v.cubin}.xz" in names
     assert "nvfp4_aot/bake/recorder.c" in names
     assert wheel.stat().st_size < 1 << 20
 

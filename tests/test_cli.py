@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import lzma
 import struct
 import sys
 from functools import partial
@@ -367,9 +368,14 @@ def test_info_reports_a_corrupt_cubin(tmp_path, use_driver):
     for path in ARTIFACTS.iterdir():
         (tmp_path / path.name).write_bytes(path.read_bytes())
     victim = MANIFEST.variants[0].cubin
-    data = bytearray((tmp_path / victim).read_bytes())
+    # the cubin as the checkout holds it, or xz-packed as the installed wheel does
+    plain, packed = tmp_path / victim, tmp_path / (victim + loader.PACKED_SUFFIX)
+    data = bytearray(plain.read_bytes() if plain.exists() else lzma.decompress(packed.read_bytes()))
     data[100] ^= 0xFF
-    (tmp_path / victim).write_bytes(bytes(data))
+    if plain.exists():
+        plain.write_bytes(bytes(data))
+    else:
+        packed.write_bytes(lzma.compress(bytes(data)))
     info = json.loads(invoke("info", "--json", "--artifacts", str(tmp_path)).stdout)
     checks = {v["cubin"]: v["cubin_check"] for v in info["variants"]}
     assert "sha256" in checks[victim]

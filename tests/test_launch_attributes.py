@@ -23,15 +23,20 @@ KERNELS = Path(nvfp4_aot.kernels.__file__).parent
 
 
 def kernel_sources(module: str) -> str:
-    """The family's module and the kernel modules it imports from (``from .x import``)."""
-    path = KERNELS / (module.rsplit(".", 1)[1] + ".py")
-    text = path.read_text()
-    imported = [
-        (KERNELS / (node.module + ".py")).read_text()
-        for node in ast.walk(ast.parse(text))
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
-    ]
-    return "\n".join([text, *imported])
+    """The family's module and the kernel modules it imports from, and they from
+    (``from .x import``)."""
+    names, seen = [module.rsplit(".", 1)[1]], {}
+    while names:
+        name = names.pop()
+        if name in seen:
+            continue
+        seen[name] = text = (KERNELS / (name + ".py")).read_text()
+        names += [
+            node.module
+            for node in ast.walk(ast.parse(text))
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
+        ]
+    return "\n".join(seen.values())
 
 
 def pdl(variant) -> int:
@@ -64,6 +69,7 @@ def test_sm90_gemms_overlap_the_routing_kernel():
         by_family.setdefault(variant.family, set()).add(pdl(variant))
     assert by_family["sm90_nvfp4_grouped_gemm"] == {1}
     assert by_family["sm90_nvfp4_grouped_gemm_decode"] == {1}
+    assert by_family["sm90_nvfp4_grouped_gemm_decode32"] == {1}
     assert by_family["sm100_nvfp4_grouped_gemm"] == {0}
     assert "griddepcontrol_launch_dependents()" in kernel_sources(
         family_named("moe_routing").module

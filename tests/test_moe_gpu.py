@@ -31,6 +31,7 @@ FAMILIES = (
     "sm90_nvfp4_grouped_gemm",
     "sm90_nvfp4_grouped_gemm_a16",
     "sm90_nvfp4_grouped_gemm_decode",
+    "sm90_nvfp4_grouped_gemm_decode32",
 )
 
 

@@ -50,6 +50,14 @@ FAMILIES = (
         groups=(8, 120, 256),
         blocks_per_sm=2,
     ),
+    # ... and with 32-row tiles: groups of 13-32 rows run one tile per N tile.
+    KernelFamily(
+        "sm90_nvfp4_grouped_gemm_decode32",
+        "nvfp4_aot.kernels.sm90_grouped_gemm_decode32",
+        ("sm_90a",),
+        groups=(8, 120, 256),
+        blocks_per_sm=2,
+    ),
     # Decodes the activations once per launch into an FP16 scratch after the
     # tensormaps (m x ceil(k / 128) x 128 values per group); its grid-barrier
     # counter lives in an unused descriptor slot and must start zeroed.

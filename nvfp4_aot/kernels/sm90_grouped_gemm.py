@@ -262,10 +262,8 @@ def _tile_range(bidx, grid_dim_x, tensor_of_cta_prefix, num_groups: cutlass.Cons
     The kernel is launched with programmatic stream serialization (PDL): its CTAs may
     start while the kernel before them (the MoE routing kernel, which writes the tables
     read here) still runs, so each warp waits in ``griddepcontrol.wait`` before its first
-    global read. The only global writes before that are the producer's tensormap
-    initialisation in this CTA's own workspace row, which no kernel that can still be
-    running reads: GEMM launches never release their dependents early, and the routing
-    kernel, which does, starts only after all work before it."""
+    global read or write (the producer's descriptor set-up before it is in shared memory).
+    """
     cute.arch.griddepcontrol_wait()
     return warp_tile_range(bidx, grid_dim_x, tensor_of_cta_prefix, num_groups)
 

@@ -8,7 +8,8 @@ The freed shared memory holds more raw stages. Activation scales are still loade
 the 128-row blocked-scale block holding the tile (a tile's rows lie in one block); a
 group with more rows than the tile runs ``ceil(m / 16)`` tiles per N tile, each
 decoding the weights again, so plans choose this family only when the expected rows
-per group are few (:mod:`nvfp4_aot.selection`).
+per group are few (:mod:`nvfp4_aot.selection`); :mod:`.sm90_grouped_gemm_decode32` is
+the same with 32-row tiles.
 """
 
 from . import family_named
@@ -22,8 +23,14 @@ TILE_M = 16
 NUM_STAGES = 8  # 11 KB per stage (16 x 64 B activations, 128 x 64 B weights, scales)
 
 
+def compile_tiles(family: str, tile_m: int, num_stages: int, num_groups: int, out_dtype, alpha):
+    """The per-CTA kernel with ``tile_m``-row tiles and ``num_stages`` raw stages, as many
+    CTAs per SM as ``family`` is registered with; returns the DSL object."""
+    blocks_per_sm = family_named(family).blocks_per_sm
+    return _compile(num_groups, out_dtype, alpha, tile_m, num_stages, blocks_per_sm)
+
+
 def compile(num_groups: int, out_dtype: str = "float16", alpha: bool = False):
     """Compile the decode tiles for a fixed group count and epilogue; returns the DSL
     object."""
-    blocks_per_sm = family_named(FAMILY).blocks_per_sm
-    return _compile(num_groups, out_dtype, alpha, TILE_M, NUM_STAGES, blocks_per_sm)
+    return compile_tiles(FAMILY, TILE_M, NUM_STAGES, num_groups, out_dtype, alpha)
