@@ -12,7 +12,7 @@
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 STEPS=${STEPS:-env tests families choice cli reliability host bench sanitizer moe moebench epilogue jax quant decode layer}
-FAMILIES="sm90_nvfp4_grouped_gemm sm90_nvfp4_grouped_gemm_a16 sm90_nvfp4_grouped_gemm_decode"
+FAMILIES="sm90_nvfp4_grouped_gemm sm90_nvfp4_grouped_gemm_a16 sm90_nvfp4_grouped_gemm_decode sm90_nvfp4_grouped_gemm_decode32"
 KERNELS=$(printf -- "--kernel %s " $FAMILIES)
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NVFP4_AOT_SHAPES=$PWD/tests/data/shapes.json
 SHAPES=$PWD/tests/data/shapes.json

@@ -10,7 +10,7 @@
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-FAMILIES=${FAMILIES:-"sm90_nvfp4_grouped_gemm_decode sm90_nvfp4_grouped_gemm sm90_nvfp4_grouped_gemm_a16"}
+FAMILIES=${FAMILIES:-"sm90_nvfp4_grouped_gemm_decode sm90_nvfp4_grouped_gemm_decode32 sm90_nvfp4_grouped_gemm sm90_nvfp4_grouped_gemm_a16"}
 CONFIG="--experts 128 --tokens 8 --shape 1536,2048 --profile-runs 1"
 NCU=$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | tail -1)
 if [ -z "$NCU" ]; then
