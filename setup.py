@@ -28,7 +28,7 @@ class BuildWithArtifacts(build_py):
         target.mkdir(parents=True)
         for path in sorted(source.glob("*.cubin")):
             packed = lzma.compress(path.read_bytes(), preset=9 | lzma.PRESET_EXTREME)
-            (target / (path.name + ".xz")).write_bytes(packed)
+            (target / (path.name + ".xz")).write_bytes(packed)  # loader.PACKED_SUFFIX
         shutil.copyfile(source / "manifest.json", target / "manifest.json")
 
 

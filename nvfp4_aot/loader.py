@@ -123,26 +123,30 @@ def variants_for(
 PACKED_SUFFIX = ".xz"
 
 
-def _cubin_bytes(path: Path) -> bytes:
-    """The bytes of cubin ``path``, or of ``path`` + PACKED_SUFFIX decompressed."""
+def _cubin_file(path: Path) -> Path:
+    """Cubin ``path``, or its xz-packed twin where only that one exists."""
+    packed = path.with_name(path.name + PACKED_SUFFIX)
+    return packed if not path.exists() and packed.exists() else path
+
+
+def _cubin_bytes(source: Path) -> bytes:
+    """The cubin bytes in file ``source`` (decompressed when it is the packed form)."""
+    data = source.read_bytes()
+    if source.suffix != PACKED_SUFFIX:
+        return data
     try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        packed = path.with_name(path.name + PACKED_SUFFIX)
-        if not packed.is_file():
-            raise
-    try:
-        return lzma.decompress(packed.read_bytes())
+        return lzma.decompress(data)
     except lzma.LZMAError as exc:
         raise ArtifactError(
-            f"{packed} does not decompress ({exc}): the file is corrupt; reinstall nvfp4-aot"
+            f"{source} does not decompress ({exc}): the file is corrupt; reinstall nvfp4-aot"
         ) from exc
 
 
 def read_cubin(directory: Path, variant: Variant) -> bytes:
     """The variant's cubin (plain or xz-packed) after checking its size, sha256 and ELF
     arch."""
-    path = Path(directory) / variant.cubin
+    # the file read, named in every message below
+    path = _cubin_file(Path(directory) / variant.cubin)
     try:
         data = _cubin_bytes(path)
     except FileNotFoundError as exc:

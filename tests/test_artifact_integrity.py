@@ -568,7 +568,9 @@ def test_packed_cubin_corrupt_or_replaced_is_an_artifact_error(art):
         loader.read_cubin(art, variant)
     other = next(v for v in loader.load_manifest(COMMITTED).variants if v.cubin != variant.cubin)
     packed.write_bytes(lzma.compress((COMMITTED / other.cubin).read_bytes()))  # another cubin
-    with pytest.raises(ArtifactError, match=r"(holds \d+ bytes|has sha256)"):
+    with pytest.raises(
+        ArtifactError, match=rf"^{re.escape(str(packed))} (holds \d+ bytes|has sha256)"
+    ):
         loader.read_cubin(art, variant)
     packed.unlink()
     with pytest.raises(ArtifactError, match=rf"is missing although the manifest names it.*{FIX}"):

@@ -35,6 +35,7 @@ from nvfp4_aot.bake.artifacts import (
 )
 from nvfp4_aot.bake.capture import capture_once, link_recorder, random_inputs
 from nvfp4_aot.errors import CaptureError
+from nvfp4_aot.loader import PACKED_SUFFIX
 from nvfp4_aot.manifest import INPUT_KINDS, INPUT_NAMES, InputSlot, read_manifest
 from nvfp4_aot.packing import ParamPacker, launch_geometry
 
@@ -246,7 +247,7 @@ def test_wheel_contains_the_artifacts(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "nvfp4_aot/artifacts/manifest.json" in names
     for v in COMMITTED.variants:
-        assert f"nvfp4_aot/artifacts/{v.cubin}.xz" in names
+        assert f"nvfp4_aot/artifacts/{v.cubin}{PACKED_SUFFIX}" in names
     assert "nvfp4_aot/bake/recorder.c" in names
     assert wheel.stat().st_size < 1 << 20
 

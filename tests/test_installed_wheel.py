@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from nvfp4_aot.loader import PACKED_SUFFIX
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
@@ -136,7 +138,9 @@ def test_wheel_size_and_contents(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     shipped = {n.rsplit("/", 1)[1] for n in names if n.startswith("nvfp4_aot/artifacts/")}
     # each cubin xz-packed (setup.py); the installed tests below load them
-    committed = {p.name + ".xz" for p in (REPO / "artifacts").iterdir() if p.suffix == ".cubin"}
+    committed = {
+        p.name + PACKED_SUFFIX for p in (REPO / "artifacts").iterdir() if p.suffix == ".cubin"
+    }
     assert shipped == committed | {"manifest.json"}
     assert "nvfp4_aot/cli.py" in names and "nvfp4_aot/bake/recorder.c" in names
     assert not [n for n in names if n.startswith(("tests/", "bench/", "examples/"))]
