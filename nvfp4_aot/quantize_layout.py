@@ -36,7 +36,6 @@ DTYPES = ("bfloat16", "float16")
 
 MAX_EXPERTS = 1024  # the kernel's shared-memory table of expert segments
 SEGMENT_BLOCKS = 128  # blocks per unit: 32 lanes x 4 blocks (2048 elements)
-CTAS_PER_SM = 4  # CTAs of 128 threads at 116 registers: all resident in one wave
 INT32_MAX = 2**31 - 1
 
 # plan words (int64)
@@ -214,7 +213,7 @@ class QuantizeLayout(SlotRing):
         problem.check()
         warps = variant.block[0] // 32
         units = problem.scale_rows * problem.segments
-        num_ctas = max(1, min(ceil_div(units, warps), CTAS_PER_SM * sm_count))
+        num_ctas = max(1, min(ceil_div(units, warps), variant.blocks_per_sm * sm_count))
         launch = QuantizeLaunch(num_ctas, launch_grid(variant, {"num_ctas": num_ctas}))
         ring_offset = round_up(8 * Q_WORDS, ALIGN)
         slot_bytes = round_up(8 * R_WORDS, ALIGN)

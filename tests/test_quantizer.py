@@ -20,6 +20,7 @@ from nvfp4_aot import loader
 from nvfp4_aot.blocked import blocked_scale_bytes
 from nvfp4_aot.errors import InvalidProblemError
 from nvfp4_aot.intmath import round_up
+from nvfp4_aot.kernels import family_named
 from nvfp4_aot.manifest import QUANTIZE_INPUT_KINDS, ROLE_QUANTIZE
 from nvfp4_aot.moe_layout import contiguous_scale_rows, scale_offsets
 from nvfp4_aot.quantize import quantize
@@ -61,8 +62,9 @@ def test_every_arch_has_one_quantizer_with_a_tiny_abi(arch):
     assert v.input_kinds == QUANTIZE_INPUT_KINDS
     assert [(p.offset, p.size) for p in v.params] == [(0, 8), (8, 8)]
     assert v.slots_for("plan") == [(0, 8)] and v.slots_for("run") == [(8, 8)]
-    assert v.grid[0].input == "num_ctas" and v.block == (128, 1, 1)
+    assert v.grid[0].input == "num_ctas" and v.block == (256, 1, 1)  # 8 warps a CTA
     assert v.cluster == (1, 1, 1)
+    assert v.blocks_per_sm == family_named("nvfp4_quantize").blocks_per_sm == 2
 
 
 def _kernel_module():
@@ -80,8 +82,8 @@ def test_the_block_ptx_follows_the_reference_rules():
         scale, codes = kernel._SCALE_PTX[fp16], kernel._CODES_PTX[fp16]
         for ptx in (scale, codes, kernel._MULTIPLIER_PTX):
             assert "div.full" not in ptx and "approx" not in ptx and ".ftz" not in ptx
-        assert scale.count("div.rn.f32") == 1 and kernel._MULTIPLIER_PTX.count("div.rn.f32") == 1
-        assert "div" not in codes
+        assert "div" not in scale and "div" not in codes  # no slow-path branch in a block
+        assert kernel._MULTIPLIER_PTX.count("div.rn.f32") == 1
         assert codes.count("mul.rn.f32 q,") == 16 and codes.count("fma.rn.sat.f32") == 16 * 2
         assert scale.count("max.NaN.") == 8
         assert "cvt.rn.satfinite.e4m3x2.f32" in scale and "selp.b32 $0, 127, sfb, pn;" in scale
@@ -120,6 +122,38 @@ def test_the_kernels_e2m1_steps_are_the_reference_rounding():
     for q in chunks:
         expected = float_to_fp4_rne_sat(q) & 7
         assert np.array_equal(e2m1_code_of_the_kernel(q), expected)
+
+
+def test_the_kernels_scale_byte_is_the_reference_rounding_of_y_over_6():
+    """The scale byte's PTX (g * amax = y -> E4M3(RN(y / 6)) without a division) for
+    every float32 y >= 0 within 2^16 ulps of an E4M3 tie or grid point times 6, 2^22
+    random ones, the ends of the ranges and the specials (NVFP4_AOT_EXHAUSTIVE=1: every
+    non-negative float32 and NaN bit pattern)."""
+    from nvfp4_aot.quantize import _E4M3_FLOAT32, float_to_e4m3_rn_sat
+
+    kernel = _kernel_module()
+    grid = _E4M3_FLOAT32[np.isfinite(_E4M3_FLOAT32) & (_E4M3_FLOAT32 >= 0)].astype(np.float64)
+    points = np.concatenate([grid, (grid[1:] + grid[:-1]) / 2, [464.0, 480.0, 2.0**-10]])
+    y_points = (points * 6).astype(np.float32)
+    near = (y_points.view(np.int32)[:, None] + np.arange(-(2**16), 2**16)[None, :]).ravel()
+    rng = np.random.default_rng(3)
+    chunks = [near[near >= 0].astype(np.int32).view(np.float32)]
+    chunks.append(rng.integers(0, 0x7F800001, 2**22, dtype=np.uint32).view(np.float32))
+    chunks.append(np.float32([0, 1e-45, 1e-38, 2.0**-126, 6 * 2.0**-126, 3e38, 3.4028235e38,
+                              np.inf, np.nan]))  # fmt: skip
+    if os.environ.get("NVFP4_AOT_EXHAUSTIVE") == "1":
+        chunks = [np.arange(s, s + 2**24, dtype=np.uint32).view(np.float32)
+                  for s in range(0, 2**31, 2**24)] + chunks  # fmt: skip
+    program = PtxBlock(kernel._SCALE_BYTE_PTX)
+    for y in chunks:
+        with np.errstate(all="ignore"):
+            expected = float_to_e4m3_rn_sat((y.astype(np.float64) / 6).astype(np.float32))
+        got = program.run({"$1": y.view(np.uint32)})["$0"].astype(np.uint8)
+        finite = ~np.isnan(y)  # a NaN y is the block's NaN case: the kernel selects 0x7F
+        bad = np.nonzero((got != expected) & finite)[0]
+        assert len(bad) == 0, (
+            f"y={y[bad[0]]!r}: kernel {got[bad[0]]:#x}, reference {expected[bad[0]]:#x}"
+        )
 
 
 # plan-time checks --------------------------------------------------------------------------
@@ -170,8 +204,9 @@ def test_plan_words_and_grid():
         FORM_CONTIGUOUS, 64, 3000, 1000, 2080, 130, 132, 2, problem.scale_rows * 2, 4192,
         1040, 33, 0, 1,
     )  # fmt: skip
-    units = problem.scale_rows * 2
-    assert layout.launch.num_ctas == min(round_up(units, 4) // 4, 4 * 132)
+    units = problem.scale_rows * 2  # a warp a unit, at most the variant's CTAs per SM
+    warps, per_sm = _variant().block[0] // 32, _variant().blocks_per_sm
+    assert layout.launch.num_ctas == min(round_up(units, warps) // warps, per_sm * 132)
     assert layout.launch.grid == (layout.launch.num_ctas, 1, 1)
     inputs = layout.kernel_inputs(layout.launch, 1 << 40, 2)
     assert inputs == {
@@ -182,7 +217,7 @@ def test_plan_words_and_grid():
     assert len(layout.run_table([1, 2, 3, 4, 5, 6])) == layout.slot_bytes
     small = QuantizeLayout.build(make_problem(32, "plain", 1, None, 1, "bfloat16", None),
                                  _variant(), 132, 1)  # fmt: skip
-    assert small.launch.num_ctas == 128 // 4  # T = 1: 127 padding rows are units too
+    assert small.launch.num_ctas == 128 // warps  # T = 1: 127 padding rows are units too
 
 
 # the row map ----------------------------------------------------------------------------------
@@ -389,7 +424,7 @@ def test_plain_run_writes_the_reference_bytes(fake, dtype):
         }
         plan.run(**pointers)
         _check_run(fake, plan.problem, pointers, x[:, :k], 0.5)
-        assert len(fake.launches) == 1 and fake.launches[0].block == (128, 1, 1)
+        assert len(fake.launches) == 1 and fake.launches[0].block == plan.layout.variant.block
 
 
 def test_contiguous_graph_replays_read_new_routings(fake):
@@ -519,7 +554,10 @@ def test_run_words_hold_the_addresses(fake):
         assert struct.unpack("<Q", launch.params[0])[0] == base  # the plan words
         words = struct.unpack_from(f"<{Q_WORDS}q", fake.read(base, 8 * Q_WORDS))
         assert words == tuple(plan.problem.plan_words())
-        assert launch.grid == (plan.layout.launch.num_ctas, 1, 1) and launch.block == (128, 1, 1)
+        assert (
+            launch.grid == (plan.layout.launch.num_ctas, 1, 1)
+            and launch.block == plan.layout.variant.block
+        )
     run = struct.unpack("<Q", launch.params[1])[0]
     assert RUN_FIELDS == ("x", "out", "scales", "global_scale", "routing", "index")
     # the fake's last async copy wrote the run words into that slot
@@ -536,6 +574,23 @@ def test_segment_covers_four_blocks_per_lane():
 
 
 # the block PTX, interpreted -------------------------------------------------------------------
+
+
+def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """float32 fma, rounded once: a * b is exact in float64 (48 bits), the float64 sum s
+    of it and c carries its rounding error e exactly (TwoSum), and rounding s to float32
+    is the fma's rounding unless s fell on a float32 midpoint, where e decides."""
+    with np.errstate(all="ignore"):
+        product = a.astype(np.float64) * b.astype(np.float64)
+        s = product + c.astype(np.float64)
+        bv = s - product
+        e = (product - (s - bv)) + (c.astype(np.float64) - bv)
+        r = s.astype(np.float32)
+        low = np.where(r.astype(np.float64) > s, np.nextafter(r, np.float32(-np.inf)), r)
+        high = np.nextafter(low, np.float32(np.inf))
+        midpoint = (low.astype(np.float64) + high.astype(np.float64)) / 2 == s
+        fix = np.isfinite(s) & midpoint & (e != 0)
+        return np.where(fix, np.where(e > 0, high, low), r).astype(np.float32)
 
 
 class PtxBlock:
@@ -666,18 +721,14 @@ class PtxBlock:
             self.put_f32(d, np.where(np.isnan(value), np.float32(0), np.clip(value, 0, 1)))
 
     def op_fma_rn_f32(self, d, a, b, c):
-        # exact in float64 for the kernel's operands (2^23 + 4 ca or t + 2 cb, c* in
-        # [0, 1]): a tie of the float32 rounding is within float64's reach of every
-        # float32 c* near it, so float64 rounds no value onto a tie it was not on
-        with np.errstate(all="ignore"):
-            exact = self.f32(a).astype(np.float64) * self.f32(b) + self.f32(c)
-            self.put_f32(d, exact.astype(np.float32))
+        self.put_f32(d, fma32(self.f32(a), self.f32(b), self.f32(c)))
 
     def op_fma_rn_sat_f32(self, d, a, b, c):
-        with np.errstate(all="ignore"):  # exact in float64 wherever the result is in [0, 1]
-            exact = self.f32(a).astype(np.float64) * self.f32(b) + self.f32(c)
-            value = exact.astype(np.float32)
-            self.put_f32(d, np.where(np.isnan(value), np.float32(0), np.clip(value, 0, 1)))
+        value = fma32(self.f32(a), self.f32(b), self.f32(c))
+        self.put_f32(d, np.where(np.isnan(value), np.float32(0), np.clip(value, 0, 1)))
+
+    def op_min_f32(self, d, a, b):
+        self.put_f32(d, np.fmin(self.f32(a), self.f32(b)))  # a NaN operand gives the other
 
     def op_setp_nan_f32(self, p, a, b):
         self.r[p] = (np.isnan(self.f32(a)) | np.isnan(self.f32(b))).astype(np.uint64)
@@ -767,14 +818,17 @@ def test_the_block_ptx_computes_the_reference_bytes(dtype):
     for g in (np.float32(1.0), np.float32(0.37), np.float32(3e-30), np.float32(2.5e36),
               np.float32(2.0**-116), np.float32(2.0**100)):  # fmt: skip
         g_bits = g.view(np.uint32)
+        # the kernel clears the sign bits once and hands both PTX blocks the magnitudes
+        magnitudes = words & np.uint64(0x7FFF7FFF)
         scale = scale_ptx.run(
-            {f"${1 + i}": words[:, i] for i in range(8)} | {"$9": np.full(len(blocks), g_bits)}
+            {f"${1 + i}": magnitudes[:, i] for i in range(8)} | {"$9": np.full(len(blocks), g_bits)}
         )
         got_scales = (scale["$0"] & np.uint64(0xFF)).astype(np.uint8)
         # the CTA's table: the multiplier of every scale byte
         table = multiplier.run({"$1": np.arange(256), "$2": np.full(256, g_bits)})["$0"]
-        inputs = {f"${2 + i}": words[:, i] for i in range(8)}
-        inputs["$10"] = table[got_scales.astype(np.intp)]
+        inputs = {f"${2 + i}": magnitudes[:, i] for i in range(8)}
+        inputs |= {f"${10 + i}": words[:, i] for i in range(8)}
+        inputs["$18"] = table[got_scales.astype(np.intp)]
         result = codes_ptx.run(inputs)
         codes = np.stack([result["$0"], result["$1"]], axis=1).astype(np.uint32)
         got_packed = codes.view(np.uint8).reshape(len(blocks), 8)

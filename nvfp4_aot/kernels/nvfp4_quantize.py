@@ -4,7 +4,7 @@ Per 16-element block it does, in IEEE float32 and in this order, exactly the ope
 the numpy reference :func:`nvfp4_aot.quantize.quantize` (whose docstring states the
 formulas and the zero/inf/NaN rules), so the bytes are the reference's bytes:
 
-    amax = max|x_i| (NaN-propagating)   s = (g * amax) / 6         mul.rn, div.rn
+    amax = max|x_i| (NaN-propagating)   s = (g * amax) / 6         mul.rn, div.rn's fast path
     sf   = e4m3_rn_satfinite(s), 0x7F if amax is NaN              cvt.rn.satfinite.e4m3x2
     m    = g / e4m3(sf) if e4m3(sf) > 0 else 0                     div.rn (a CTA table)
     q_i  = E2M1_rne_sat(|x_i| * m), sign bit = the sign bit of x_i
@@ -31,19 +31,26 @@ offsets[e + 1] <= capacity, 0 <= masked_m[e] <= max_m), index entries to the inp
 rows, and the work is a fixed list of scale rows (the plan's buffer), so no routing can
 make the kernel read or write outside the buffers the plan checked.
 
-Work: a warp takes one unit (a scale row x a segment of 128 blocks) at a time; lane l
-owns blocks l, l + 32, l + 64, l + 96 of the segment: two 16-byte loads a block, an
-8-byte store of codes, a scale byte. The loop is software-pipelined: the eight loads of
-the warp's next unit are issued before the current unit is quantized, so DRAM latency
-hides behind the math. Round i of the grid's warps takes the next step units, warp w the
-one at (w + i) mod step, so that no warp (and no scheduler) always gets a row's short
-last segment (k = 7168: 3.5 segments). Each CTA first turns the contiguous offsets into
-the experts' scale segments in shared memory (a scan) and finds a row's expert by binary
-search there.
+Work: a warp takes one unit (a scale row x a segment of 128 blocks, 4 KB of input) at a
+time; lane l owns blocks l, l + 32, l + 64, l + 96 of the segment. Each warp has its own
+ring of STAGES shared-memory stages: its lane 0 starts one bulk copy (cp.async.bulk, an
+mbarrier per stage) of each token row segment, STAGES - 1 units ahead of the one the warp
+quantizes, so the input waits in shared memory, not in registers. A warp describes its
+next 32 units at once (lane l the l-th: the segment search and the index entry, the
+routing's dependent loads), and takes each unit's description by shuffles. Round i of
+the grid's warps takes the next step units, warp w the one at (w + i) mod step, so that
+no warp (and no scheduler) always gets a row's short last segment (k = 7168: 3.5
+segments). Each CTA first turns the contiguous offsets into the experts' scale segments
+in shared memory (a scan) and finds a row's expert by binary search there.
 
-The kernel is issue-bound, not memory-bound, unless the block math is cheap: per block
-of 16 elements it was about 380 SASS instructions (two IEEE divisions, 17 an element),
-now about 230 (sm_90a, 116 registers, 4 CTAs of 128 threads an SM).
+The math is issue-bound: per block of 16 elements about 192 SASS instructions (sm_90a),
+128 of them the 8 FMA-pipe steps an element (convert, multiply, three pieces, three
+roundings). A lane's four blocks are one basic block (the stores are predicated, the
+division has no slow-path branch), so that one block's scale chain (amax, division,
+E4M3 rounding, table lookup) overlaps another's element math; the sign bits are cleared
+once for the scale and the codes, and the codes are gathered into bytes with byte
+permutes. 8 warps a CTA, 2 CTAs an SM (128 registers, 79 KB of shared memory a CTA):
+docs/h200/session12/quantizer.md has the configurations measured.
 """
 
 import cutlass
@@ -80,13 +87,22 @@ from ..quantize_layout import (
     R_X,
     SEGMENT_BLOCKS,
 )
+from . import family_named
 from .cta_scan import block_scan
 
 FAMILY = "nvfp4_quantize"
 ARCHS = ("sm_90a", "sm_100a", "sm_103a")
-THREADS = 128
+THREADS = 256
 WARPS = THREADS // 32
 BLOCKS_PER_LANE = SEGMENT_BLOCKS // 32
+STAGE_BYTES = SEGMENT_BLOCKS * 32  # one unit: a row segment of SEGMENT_BLOCKS blocks
+INTERLEAVE = 2  # blocks of a lane quantized side by side
+STAGES = 2  # a warp's ring: one unit quantized while the next one is copied in
+AHEAD = STAGES - 1
+CTAS_PER_SM = family_named(FAMILY).blocks_per_sm  # the registry's: shared memory bounds it
+# a unit's description: its kind, input row, output row, scale row and segment
+DESCRIPTOR = 5
+F_KIND, F_IN_ROW, F_OUT_ROW, F_SCALE_ROW, F_SEGMENT = range(DESCRIPTOR)
 SF_ROWS = 128  # rows of a blocked-scale atom (512 bytes: 32 x 16)
 SEARCH_STEPS = (MAX_EXPERTS).bit_length()  # binary search over <= MAX_EXPERTS segments
 
@@ -101,76 +117,89 @@ ROW_NONE, ROW_TOKENS, ROW_PADDING = 0, 1, 2
 # inline PTX
 # ---------------------------------------------------------------------------------------
 
-_SIX = "0f40C00000"  # 6.0f, the largest E2M1 magnitude
+_SIXTH, _MINUS_SIX = "0f3E2AAAAB", "0fC0C00000"  # RN(1/6) and -6: y / 6 (6: E2M1's max)
+_FIVE_TWELVE = "0f44000000"  # 512 > 448, E4M3's largest finite value
 _HALF, _FOUR, _TWO = "0f3F000000", "0f40800000", "0f40000000"
 _MINUS_ONE, _MINUS_TWO = "0fBF800000", "0fC0000000"
 _MAGIC = "0f4B000000"  # 2^23: float32 bits of 2^23 + c are 0x4B000000 + c for 0 <= c < 2^23
-# sum over the 8 nibbles n of 0x4B000000 * 16^n (mod 2^32), subtracted once per word
-_MAGIC_NIBBLES = (0x4B000000 * 0x11111111) % 2**32
 
 
-def _code_lines(q: str, out: str, j: int) -> list[str]:
-    """Add 16^j * (2^23 + the E2M1 magnitude code of float32 q >= 0 or NaN) to ``out``
-    (float32 bits, mod 2^32). The code is RNE(2 min(q, 2)) for q <= 2, 4 + RNE(q - 2) on
-    [2, 4] and 6 + RNE((q - 4) / 2) on [4, 6], saturating at 7: three saturated pieces
-    (exact: q / 2, q / 2 - 1 and q / 2 - 2 are representable where they are not clamped;
-    NaN gives 0), each rounded onto the integers by adding it to 2^23 + the integer the
-    pieces before it reached, whose parity is the E2M1 code's, so ties go to the even code.
-    All but the packing run on the FMA pipe (compares, selects and integer adds would load
-    the half-rate ALU pipe). tests/test_quantizer.py checks this against the reference for
-    every float32 near the ties (NVFP4_AOT_EXHAUSTIVE=1: all 2^31 of q >= 0 and NaN)."""
+def _code_lines(q: str, t: str) -> list[str]:
+    """Set ``t`` to the float32 bits of 2^23 + the E2M1 magnitude code of float32 q >= 0
+    (or NaN): the code sits in t's low byte. The code is RNE(2 min(q, 2)) for q <= 2,
+    4 + RNE(q - 2) on [2, 4] and 6 + RNE((q - 4) / 2) on [4, 6], saturating at 7: three
+    saturated pieces (exact: q / 2, q / 2 - 1 and q / 2 - 2 are representable where they
+    are not clamped; NaN gives 0), each rounded onto the integers by adding it to 2^23 +
+    the integer the pieces before it reached, whose parity is the E2M1 code's, so ties go
+    to the even code. All of it runs on the FMA pipe (compares, selects and integer adds
+    would load the half-rate ALU pipe). tests/test_quantizer.py checks this against the
+    reference for every float32 near the ties (NVFP4_AOT_EXHAUSTIVE=1: all 2^31 of q >= 0
+    and NaN)."""
     return [
         f"mul.rn.sat.f32 ca, {q}, {_HALF};",  # min(q, 2) / 2
         f"fma.rn.sat.f32 cb, {q}, {_HALF}, {_MINUS_ONE};",  # clamp(q - 2, 0, 2) / 2
         f"fma.rn.sat.f32 cc, {q}, {_HALF}, {_MINUS_TWO};",  # clamp(q - 4, 0, 2) / 2
-        f"fma.rn.f32 t, ca, {_FOUR}, {_MAGIC};",  # 2^23 + RNE(2 min(q, 2))
-        f"fma.rn.f32 t, cb, {_TWO}, t;",  # + RNE(clamp(q - 2, 0, 2)), ties to even
-        "add.rn.f32 t, t, cc;",  # + RNE(clamp(q - 4, 0, 2) / 2) (0 or 1)
-        f"mad.lo.u32 {out}, t, {16**j}, {out};",
+        f"fma.rn.f32 {t}, ca, {_FOUR}, {_MAGIC};",  # 2^23 + RNE(2 min(q, 2))
+        f"fma.rn.f32 {t}, cb, {_TWO}, {t};",  # + RNE(clamp(q - 2, 0, 2)), ties to even
+        f"add.rn.f32 {t}, {t}, cc;",  # + RNE(clamp(q - 4, 0, 2) / 2) (0 or 1)
     ]
 
 
 def _code_ptx() -> str:
     """PTX of one code (tests): $1 q (float32 bits) -> $0 its E2M1 magnitude code."""
-    lines = ["{", ".reg .b32 ca, cb, cc, t, o;", "mov.b32 o, 0;"]
-    lines += _code_lines("$1", "o", 0)
-    lines += ["sub.u32 o, o, 0x4B000000;", "mov.b32 $0, o;", "}"]
+    lines = ["{", ".reg .b32 ca, cb, cc, t;"]
+    lines += _code_lines("$1", "t")
+    lines += ["and.b32 $0, t, 255;", "}"]
     return "\n".join(lines)
 
 
-def _sign_clear(words):
-    return [f"and.b32 a{i}, {w}, 0x7FFF7FFF;" for i, w in enumerate(words)]
+def _scale_byte_lines(y: str, out: str) -> list[str]:
+    """Set ``out`` to the E4M3 byte (RNE, saturating) of RN(y / 6) for float32 y = g *
+    amax >= 0 (or +inf): the division as div.rn's own fast path, y * RN(1/6), its exact
+    residual y - 6 q, one correction, which is the correctly rounded quotient wherever
+    y and y / 6 are normal. Elsewhere it can differ from y / 6 only where the byte cannot
+    (y / 6 below 2^-126 rounds to E4M3 0 either way), and an infinite y (inf - inf in the
+    residual: NaN) is clamped to 512, which saturates to 448 as inf does. No branch (the
+    division's slow-path call split every block's code in two); tests/test_quantizer.py
+    checks the byte against the reference for every float32 y >= 0."""
+    return [
+        f"mul.rn.f32 q6, {y}, {_SIXTH};",
+        f"fma.rn.f32 r6, q6, {_MINUS_SIX}, {y};",
+        f"fma.rn.f32 s6, r6, {_SIXTH}, q6;",
+        f"min.f32 s6, s6, {_FIVE_TWELVE};",  # NaN (y = inf) -> 512
+        "cvt.rn.satfinite.e4m3x2.f32 h6, s6, s6;",
+        "cvt.u32.u16 b6, h6;",
+        f"and.b32 {out}, b6, 255;",
+    ]
+
+
+_SCALE_BYTE_REGS = [".reg .b32 q6, r6, s6, b6;", ".reg .b16 h6;"]
+
+
+def _scale_byte_ptx() -> str:
+    """PTX of the scale byte (tests): $1 y = g * amax (float32 bits) -> $0."""
+    return "\n".join(["{", *_SCALE_BYTE_REGS, *_scale_byte_lines("$1", "$0"), "}"])
 
 
 def _scale_ptx(fp16: bool) -> str:
-    """PTX of a block's scale byte: $1..$8 the 16 inputs as 8 x (2 x 16-bit) words,
-    element 2i in the low half of word i; $9 g (float32 bits). Out: $0 the E4M3 byte."""
-    words = [f"${1 + i}" for i in range(8)]
-    lines = ["{", ".reg .b32 a<8>, r<4>, t, amax, s, sfb;", ".reg .b16 h, hl, hh;",
-             ".reg .pred pn;"]  # fmt: skip
-    # amax over |x|: clear both sign bits, packed NaN-propagating max (exact: a max is a
-    # selection), then the larger half as float32
-    lines += _sign_clear(words)
+    """PTX of a block's scale byte: $1..$8 the magnitudes of its 16 inputs (sign bits
+    cleared) as 8 x (2 x 16-bit) words, element 2i in the low half of word i; $9 g
+    (float32 bits). Out: $0 the E4M3 byte."""
+    lines = ["{", ".reg .b32 r<4>, t, amax, y, sfb;", ".reg .b16 hl, hh;", ".reg .pred pn;"]
+    lines += _SCALE_BYTE_REGS
+    # amax: packed NaN-propagating max (exact: a max is a selection), then the larger
+    # half as float32
     vmax = "max.NaN.f16x2" if fp16 else "max.NaN.bf16x2"
-    lines += [f"{vmax} r{i}, a{2 * i}, a{2 * i + 1};" for i in range(4)]
+    lines += [f"{vmax} r{i}, ${1 + 2 * i}, ${2 + 2 * i};" for i in range(4)]
     lines += [f"{vmax} r0, r0, r1;", f"{vmax} r2, r2, r3;", f"{vmax} r0, r0, r2;"]
     if fp16:
         lines += ["mov.b32 {hl, hh}, r0;", "cvt.f32.f16 t, hl;", "cvt.f32.f16 amax, hh;"]
     else:
         lines += ["shl.b32 t, r0, 16;", "and.b32 amax, r0, 0xFFFF0000;"]
-    lines += [
-        "max.NaN.f32 amax, amax, t;",
-        # s = (g * amax) / 6, two IEEE roundings
-        "mul.rn.f32 s, $9, amax;",
-        f"div.rn.f32 s, s, {_SIX};",
-        # the scale byte: RNE onto E4M3, > 448 and +inf saturate to 448; NaN -> 0x7F
-        "cvt.rn.satfinite.e4m3x2.f32 h, s, s;",
-        "cvt.u32.u16 sfb, h;",
-        "and.b32 sfb, sfb, 255;",
-        "setp.nan.f32 pn, amax, amax;",
-        "selp.b32 $0, 127, sfb, pn;",
-        "}",
-    ]
+    lines += ["max.NaN.f32 amax, amax, t;", "mul.rn.f32 y, $9, amax;"]
+    lines += _scale_byte_lines("y", "sfb")
+    # NaN in the block -> 0x7F
+    lines += ["setp.nan.f32 pn, amax, amax;", "selp.b32 $0, 127, sfb, pn;", "}"]
     return "\n".join(lines)
 
 
@@ -192,25 +221,36 @@ selp.b32 $0, m, 0, pp;
 
 
 def _codes_ptx(fp16: bool) -> str:
-    """PTX of a block's codes: $2..$9 the words as for the scale, $10 its multiplier m
-    (float32 bits). Out: $0 codes of elements 0..7, $1 of 8..15 (element 2j in the low
-    nibble of byte j)."""
-    words = [f"${2 + i}" for i in range(8)]
-    lines = ["{", ".reg .b32 a<8>, x, q, ca, cb, cc, t, o0, o1, p01, p23, shi, slo;",
-             ".reg .b16 hl, hh;", "mov.b32 o0, 0;", "mov.b32 o1, 0;"]  # fmt: skip
-    lines += _sign_clear(words)
-    for j in range(16):  # |x| as float32 (exact), q = |x| * m, its code
+    """PTX of a block's codes: $2..$9 its magnitude words as for the scale, $10..$17 the
+    input words themselves (for the sign bits), $18 its multiplier m (float32 bits).
+    Out: $0 codes of elements 0..7, $1 of 8..15 (element 2j in the low nibble of byte j)."""
+    magnitudes = [f"${2 + i}" for i in range(8)]
+    words = [f"${10 + i}" for i in range(8)]
+    lines = ["{", ".reg .b32 x, q, ca, cb, cc, t<16>, pa, pb, ev, od, p01, p23, shi, slo;",
+             ".reg .b16 hl, hh;"]  # fmt: skip
+    for j in range(16):  # |x| as float32 (exact), q = |x| * m, its code in t<j>
         i, high = divmod(j, 2)
         if fp16:
-            lines += [f"mov.b32 {{hl, hh}}, a{i};", f"cvt.f32.f16 x, {'hh' if high else 'hl'};"]
+            lines += [
+                f"mov.b32 {{hl, hh}}, {magnitudes[i]};",
+                f"cvt.f32.f16 x, {'hh' if high else 'hl'};",
+            ]
         elif high:
-            lines.append(f"and.b32 x, a{i}, 0xFFFF0000;")
+            lines.append(f"and.b32 x, {magnitudes[i]}, 0xFFFF0000;")
         else:
-            lines.append(f"shl.b32 x, a{i}, 16;")
-        lines.append("mul.rn.f32 q, x, $10;")
-        lines += _code_lines("q", "o0" if j < 8 else "o1", j % 8)
-    lines += [f"sub.u32 o0, o0, {_MAGIC_NIBBLES};", f"sub.u32 o1, o1, {_MAGIC_NIBBLES};"]
-    for out, group in (("o0", words[:4]), ("o1", words[4:])):
+            lines.append(f"shl.b32 x, {magnitudes[i]}, 16;")
+        lines.append(f"mul.rn.f32 q, x, ${18};")
+        lines += _code_lines("q", f"t{j}")
+    for out, first, group in (("$0", 0, words[:4]), ("$1", 8, words[4:])):
+        # the low bytes of t: even elements' codes -> ev, odd ones' -> od (byte j holds
+        # element first + 2j or + 2j + 1), then out = ev | od << 4
+        for half, name in ((0, "ev"), (1, "od")):
+            t = [f"t{first + half + 2 * n}" for n in range(4)]
+            lines += [
+                f"prmt.b32 pa, {t[0]}, {t[1]}, 0x0040;",
+                f"prmt.b32 pb, {t[2]}, {t[3]}, 0x4000;",
+                f"prmt.b32 {name}, pa, pb, 0x7610;",
+            ]
         # sign bits: the inputs' bits 15 (even element) and 31 (odd element) go to bits
         # 3 and 7 of the byte that holds the pair
         lines += [
@@ -221,27 +261,18 @@ def _codes_ptx(fp16: bool) -> str:
             "and.b32 shi, shi, 0x80808080;",
             "shr.b32 slo, slo, 4;",
             "and.b32 slo, slo, 0x08080808;",
-            f"or.b32 {out}, {out}, shi;",
-            f"or.b32 {out}, {out}, slo;",
+            "mad.lo.u32 ev, od, 16, ev;",
+            "or.b32 ev, ev, shi;",
+            f"or.b32 {out}, ev, slo;",
         ]
-    lines += ["mov.b32 $0, o0;", "mov.b32 $1, o1;", "}"]
+    lines.append("}")
     return "\n".join(lines)
 
 
 _SCALE_PTX = {False: _scale_ptx(False), True: _scale_ptx(True)}
 _CODES_PTX = {False: _codes_ptx(False), True: _codes_ptx(True)}
 _CODE_PTX = _code_ptx()
-
-# A predicated 16-byte load through the read-only path; zeros where the predicate is 0.
-_LOAD_PTX = """{
-.reg .pred p;
-setp.ne.b32 p, $5, 0;
-mov.b32 $0, 0;
-mov.b32 $1, 0;
-mov.b32 $2, 0;
-mov.b32 $3, 0;
-@p ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];
-}"""
+_SCALE_BYTE_PTX = _scale_byte_ptx()
 
 
 def _i32(v, loc, ip):
@@ -253,7 +284,8 @@ def _i64(v, loc, ip):
 
 
 def _asm(results, ptx, constraints, operands, side_effects, loc, ip):
-    """Inline PTX with ``results`` 32-bit results (a list of Int32)."""
+    """Inline PTX with ``results`` 32-bit results (a list of Int32); none: ordered with
+    every other memory access."""
     if results == 0:
         llvm.inline_asm(
             None, operands, ptx, constraints + ",~{memory}", has_side_effects=True,
@@ -272,17 +304,91 @@ def _asm(results, ptx, constraints, operands, side_effects, loc, ip):
 
 
 @dsl_user_op
-def load_v4(address: cutlass.Int64, predicate: cutlass.Int32, *, loc=None, ip=None):
-    """16 bytes at ``address`` as 4 Int32 where ``predicate`` != 0, else zeros."""
-    operands = [_i64(address, loc, ip), _i32(predicate, loc, ip)]
-    return _asm(4, _LOAD_PTX, "=r,=r,=r,=r,l,r", operands, False, loc, ip)
+def copy_row_segment(stage: cutlass.Int32, source: cutlass.Int64, size: cutlass.Int32,
+                     full: cutlass.Int32, *, loc=None, ip=None):  # fmt: skip
+    """Expect ``size`` bytes on the stage's mbarrier ``full`` and start one bulk copy of
+    them from global ``source`` into shared ``stage`` (one thread). The fence orders the
+    warp's earlier generic reads of the stage before the async proxy's writes."""
+    operands = [_i32(stage, loc, ip), _i64(source, loc, ip), _i32(size, loc, ip),
+                _i32(full, loc, ip)]  # fmt: skip
+    ptx = (
+        "fence.proxy.async.shared::cta;\n"
+        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$3], $2;\n"
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1], $2, [$3];"
+    )
+    _asm(0, ptx, "r,l,r,r", operands, True, loc, ip)
 
 
 @dsl_user_op
-def store_v2(address: cutlass.Int64, lo: cutlass.Int32, hi: cutlass.Int32, *, loc=None, ip=None):
-    """8 bytes (``lo`` first) to ``address``."""
-    operands = [_i64(address, loc, ip), _i32(lo, loc, ip), _i32(hi, loc, ip)]
-    _asm(0, "st.global.v2.b32 [$0], {$1, $2};", "l,r,r", operands, True, loc, ip)
+def init_barrier(full: cutlass.Int32, *, loc=None, ip=None):
+    """Initialise mbarrier ``full`` for one arrival a phase."""
+    _asm(0, "mbarrier.init.shared::cta.b64 [$0], 1;", "r", [_i32(full, loc, ip)], True, loc, ip)
+
+
+@dsl_user_op
+def arrive(full: cutlass.Int32, *, loc=None, ip=None):
+    """Complete the phase of mbarrier ``full`` without a copy (a unit with no input row)."""
+    _asm(0, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r", [_i32(full, loc, ip)], True, loc, ip)
+
+
+_WAIT_PTX = """{
+.reg .pred p;
+WAIT:
+mbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1;
+@!p bra.uni WAIT;
+}"""
+
+
+@dsl_user_op
+def wait(full: cutlass.Int32, parity: cutlass.Int32, *, loc=None, ip=None):
+    """Wait until mbarrier ``full`` has completed the phase of ``parity``."""
+    _asm(0, _WAIT_PTX, "r,r", [_i32(full, loc, ip), _i32(parity, loc, ip)], True, loc, ip)
+
+
+@dsl_user_op
+def load_block(address: cutlass.Int32, *, loc=None, ip=None):
+    """The 32 bytes of one block at shared ``address`` as 8 Int32 (two 16-byte loads)."""
+    ptx = "ld.shared.v4.b32 {$0, $1, $2, $3}, [$8];\nld.shared.v4.b32 {$4, $5, $6, $7}, [$8+16];"
+    constraints = "=r,=r,=r,=r,=r,=r,=r,=r,r,~{memory}"
+    return _asm(8, ptx, constraints, [_i32(address, loc, ip)], True, loc, ip)
+
+
+_STORE_CODES_PTX = """{
+.reg .pred p;
+setp.lt.s32 p, $3, $4;
+@p st.global.v2.b32 [$0], {$1, $2};
+}"""
+
+# the scale byte of block $2 if it is < blocks ($3), a zero if it is a padding column
+# (< blocks_padded, $4), nothing past those
+_STORE_SCALE_PTX = """{
+.reg .pred pw, pl;
+.reg .b32 v;
+setp.lt.s32 pw, $2, $4;
+setp.lt.s32 pl, $2, $3;
+selp.b32 v, $1, 0, pl;
+@pw st.global.u8 [$0], v;
+}"""
+
+
+@dsl_user_op
+def store_codes(address: cutlass.Int64, lo: cutlass.Int32, hi: cutlass.Int32,
+                block: cutlass.Int32, blocks: cutlass.Int32, *, loc=None, ip=None):  # fmt: skip
+    """8 bytes (``lo`` first) to ``address`` if ``block`` < ``blocks`` (predicated: no
+    branch splits the unit's math)."""
+    operands = [_i64(address, loc, ip)] + [_i32(v, loc, ip) for v in (lo, hi, block, blocks)]
+    _asm(0, _STORE_CODES_PTX, "l,r,r,r,r", operands, True, loc, ip)
+
+
+@dsl_user_op
+def store_scale(address: cutlass.Int64, sf: cutlass.Int32, block: cutlass.Int32,
+                blocks: cutlass.Int32, blocks_padded: cutlass.Int32, *, loc=None,
+                ip=None):  # fmt: skip
+    """Block ``block``'s scale byte to ``address``: ``sf`` below ``blocks``, 0 for the
+    blocked layout's padding columns below ``blocks_padded``, nothing past them."""
+    operands = [_i64(address, loc, ip)]
+    operands += [_i32(v, loc, ip) for v in (sf, block, blocks, blocks_padded)]
+    _asm(0, _STORE_SCALE_PTX, "l,r,r,r,r", operands, True, loc, ip)
 
 
 @dsl_user_op
@@ -293,17 +399,19 @@ def store_u8(address: cutlass.Int64, value: cutlass.Int32, *, loc=None, ip=None)
 
 
 @dsl_user_op
-def block_scale(words, g_bits: cutlass.Int32, fp16: bool, *, loc=None, ip=None):
-    """The E4M3 scale byte of one 16-element block (8 words) for global scale ``g_bits``."""
-    operands = [_i32(w, loc, ip) for w in words] + [_i32(g_bits, loc, ip)]
+def block_scale(magnitudes, g_bits: cutlass.Int32, fp16: bool, *, loc=None, ip=None):
+    """The E4M3 scale byte of one block (8 magnitude words) for global scale ``g_bits``."""
+    operands = [_i32(w, loc, ip) for w in magnitudes] + [_i32(g_bits, loc, ip)]
     return _asm(1, _SCALE_PTX[fp16], "=r," + ",".join(["r"] * 9), operands, False, loc, ip)[0]
 
 
 @dsl_user_op
-def block_codes(words, m_bits: cutlass.Int32, fp16: bool, *, loc=None, ip=None):
+def block_codes(magnitudes, words, m_bits: cutlass.Int32, fp16: bool, *, loc=None, ip=None):
     """(codes of elements 0..7, codes of 8..15) of one block for its multiplier m."""
-    operands = [_i32(w, loc, ip) for w in words] + [_i32(m_bits, loc, ip)]
-    return _asm(2, _CODES_PTX[fp16], "=r,=r," + ",".join(["r"] * 9), operands, False, loc, ip)
+    operands = [_i32(w, loc, ip) for w in list(magnitudes) + list(words)]
+    operands.append(_i32(m_bits, loc, ip))
+    constraints = "=r,=r," + ",".join(["r"] * 17)
+    return _asm(2, _CODES_PTX[fp16], constraints, operands, False, loc, ip)
 
 
 @dsl_user_op
@@ -356,7 +464,9 @@ def expert_segments(plan, run, s_seg, s_first, s_rows, s_warp, tidx):
 
 @cute.jit
 def locate(plan, run, s, form, s_seg, s_first, s_rows):
-    """(kind, input row, output row) of scale row ``s`` for this run's routing."""
+    """(kind, input row, output row) of scale row ``s`` for this run's routing; the
+    input row of an indexed contiguous row is the index entry as read (the copy clamps
+    it, one unit later, so that the load's latency hides behind a unit's math)."""
     kind = cutlass.Int32(ROW_NONE)
     in_row = cutlass.Int32(0)
     out_row = cutlass.Int32(0)
@@ -364,9 +474,12 @@ def locate(plan, run, s, form, s_seg, s_first, s_rows):
     if form == FORM_CONTIGUOUS:
         experts = cutlass.Int32(plan[Q_EXPERTS])
         # the last expert whose segment starts at or before s (empty ones start where
-        # the next one does, so the found one holds s unless s is past every segment)
+        # the next one does, so the found one holds s unless s is past every segment,
+        # the plan's spare rows, which skip the search)
         low = cutlass.Int32(0)
         length = experts
+        if s >= s_seg[experts]:
+            length = cutlass.Int32(0)
         for _step in cutlass.range_constexpr(SEARCH_STEPS):
             half = length // 2
             if length > 0:
@@ -375,7 +488,7 @@ def locate(plan, run, s, form, s_seg, s_first, s_rows):
                     length = length - half - 1
                 else:
                     length = half
-        expert = low - 1
+        expert = cutlass.max(low - 1, 0)  # 0 for a skipped search: s is past them all
         r = s - s_seg[expert]
         if s < s_seg[experts] and r >= 0:
             rows = s_rows[expert]
@@ -391,7 +504,7 @@ def locate(plan, run, s, form, s_seg, s_first, s_rows):
                         ),
                         cute.make_layout(capacity),
                     )
-                    in_row = clamp(index[out_row], 0, cutlass.Int32(plan[Q_INPUT_ROWS]) - 1)
+                    in_row = index[out_row]
     elif form == FORM_MASKED:
         per_expert = cutlass.Int32(plan[Q_EXPERT_SCALE_ROWS])
         expert = s // per_expert
@@ -417,14 +530,19 @@ def locate(plan, run, s, form, s_seg, s_first, s_rows):
 
 
 @cute.jit
-def unit_row(plan, run, unit, units, segments, form, s_seg, s_first, s_rows):
-    """(kind, input row, output row, scale row, segment) of ``unit``; ROW_NONE past the
-    plan's last unit."""
+def describe_batch(first_round, warp_index, step, plan, run, units, segments, form, s_seg,
+                   s_first, s_rows, lane):  # fmt: skip
+    """Lane l's description of this warp's unit in round first_round + l: (kind, input
+    row, output row, scale row, segment), ROW_NONE past the plan's last unit. A warp
+    describes 32 rounds at once, so that the routing's dependent loads (the segment
+    search, an index entry) wait once per 32 units, not once per unit."""
     kind = cutlass.Int32(ROW_NONE)
     in_row = cutlass.Int32(0)
     out_row = cutlass.Int32(0)
     s = cutlass.Int32(0)
     segment = cutlass.Int32(0)
+    round_ = first_round + lane
+    unit = round_ * step + (warp_index + round_) % step  # round i: warp w's is (w + i) mod step
     if unit < units:
         s = unit // segments
         segment = unit - s * segments
@@ -433,30 +551,42 @@ def unit_row(plan, run, unit, units, segments, form, s_seg, s_first, s_rows):
 
 
 @cute.jit
-def load_unit(words: cute.Tensor, half: cutlass.Constexpr[int], x, row_stride, kind, in_row,
-              segment, lane, blocks):  # fmt: skip
-    """Issue the lane's 16-byte loads of a unit into words[32 * half ...] (zeros for
-    blocks past k and for rows that are not token rows)."""
-    x_row = x + cutlass.Int64(in_row) * row_stride
-    first_block = segment * SEGMENT_BLOCKS + lane
-    for j in cutlass.range_constexpr(BLOCKS_PER_LANE):
-        b = first_block + 32 * j
-        live = cutlass.Int32(0)
-        if kind == ROW_TOKENS:
-            if b < blocks:
-                live = cutlass.Int32(1)
-        address = x_row + cutlass.Int64(b) * 32
-        loaded = load_v4(address, live) + load_v4(address + 16, live)
-        for i in cutlass.range_constexpr(8):
-            words[32 * half + 8 * j + i] = loaded[i]
+def take(units_ahead: cute.Tensor, slot: cutlass.Constexpr[int], batch, index):
+    """Slot ``slot`` of ``units_ahead`` <- the description lane ``index`` of the warp holds."""
+    for i in cutlass.range_constexpr(DESCRIPTOR):
+        units_ahead[DESCRIPTOR * slot + i] = cute.arch.shuffle_sync(batch[i], index)
 
 
 @cute.jit
-def store_unit(words: cute.Tensor, fp16: cutlass.Constexpr[bool], g_bits, s_mult, out,
-               out_row_bytes, scales, col_tiles, kind, out_row, s, segment, lane, blocks,
-               blocks_padded):  # fmt: skip
-    """Quantize the unit held in words[0 .. 32] and store its codes and scale bytes (zero
-    scales for a padding row); a block's multiplier g / sf comes from the CTA's table."""
+def start_copy(units_ahead: cute.Tensor, slot: cutlass.Constexpr[int], stage, full, x,
+               row_stride, input_rows, blocks, lane):  # fmt: skip
+    """Lane 0 starts the copy of the token row segment described in ``slot`` into
+    ``stage`` (its bytes past k are not copied: the math reads them as zeros), or
+    completes ``full``'s phase at once for any other unit."""
+    cute.arch.sync_warp()  # every lane has read the stage's previous unit
+    if lane == 0:
+        kind = units_ahead[DESCRIPTOR * slot + F_KIND]
+        if kind == ROW_TOKENS:
+            in_row = clamp(units_ahead[DESCRIPTOR * slot + F_IN_ROW], 0, input_rows - 1)
+            first_block = units_ahead[DESCRIPTOR * slot + F_SEGMENT] * SEGMENT_BLOCKS
+            size = cutlass.min(blocks - first_block, SEGMENT_BLOCKS) * 32
+            source = x + cutlass.Int64(in_row) * row_stride + cutlass.Int64(first_block) * 32
+            copy_row_segment(stage, source, size, full)
+        else:
+            arrive(full)
+
+
+@cute.jit
+def quantize_unit(units_ahead: cute.Tensor, stage, fp16: cutlass.Constexpr[bool], g_bits,
+                  s_mult, out, out_row_bytes, scales, col_tiles, lane, blocks,
+                  blocks_padded):  # fmt: skip
+    """Quantize the unit described in slot 0 from its stage and store its codes and scale
+    bytes (zero scales for a padding row); a block's multiplier g / sf comes from the
+    CTA's table."""
+    kind = units_ahead[F_KIND]
+    out_row = units_ahead[F_OUT_ROW]
+    s = units_ahead[F_SCALE_ROW]
+    segment = units_ahead[F_SEGMENT]
     # the blocked-scale byte of (s, block b) is sf_row + (b // 4) * 512 + b % 4 (s, b >= 0:
     # shifts and masks, not signed divisions)
     sf_row = (
@@ -465,30 +595,38 @@ def store_unit(words: cute.Tensor, fp16: cutlass.Constexpr[bool], g_bits, s_mult
         + cutlass.Int64((s & 31) * 16 + ((s >> 5) & 3) * 4)
     )
     first_block = segment * SEGMENT_BLOCKS + lane
+    # block first_block + 32 j: its scale byte at sf_first + j * 4096 (32 blocks are 8
+    # atoms of 512 bytes), its codes at codes_first + j * 256
+    sf_first = sf_row + cutlass.Int64((first_block >> 2) * 512 + (first_block & 3))
     if kind == ROW_TOKENS:
-        out_row_address = out + cutlass.Int64(out_row) * out_row_bytes
-        for j in cutlass.range_constexpr(BLOCKS_PER_LANE):
-            b = first_block + 32 * j
-            if b < blocks_padded:
-                block = [words[8 * j + i] for i in range(8)]
-                sf = block_scale(block, g_bits, fp16)
-                lo, hi = block_codes(block, s_mult[sf], fp16)
-                if b < blocks:
-                    store_v2(out_row_address + cutlass.Int64(b) * 8, lo, hi)
-                store_u8(sf_row + cutlass.Int64((b >> 2) * 512 + (b & 3)), sf)
+        codes_first = out + cutlass.Int64(out_row) * out_row_bytes + cutlass.Int64(first_block) * 8
+        # INTERLEAVE blocks at a time in straight-line code (bytes past k are read but
+        # not stored), so that one block's scale chain (amax, division, rounding, table
+        # lookup) overlaps another's element math
+        for first in cutlass.range_constexpr(0, BLOCKS_PER_LANE, INTERLEAVE):
+            done = []
+            for j in cutlass.range_constexpr(first, first + INTERLEAVE):
+                words = load_block(stage + 32 * (lane + 32 * j))
+                magnitudes = [w & 0x7FFF7FFF for w in words]
+                sf = block_scale(magnitudes, g_bits, fp16)
+                done.append((j, sf, *block_codes(magnitudes, words, s_mult[sf], fp16)))
+            for j, sf, lo, hi in done:
+                b = first_block + 32 * j
+                store_codes(codes_first + 256 * j, lo, hi, b, blocks)
+                store_scale(sf_first + 4096 * j, sf, b, blocks, blocks_padded)
     elif kind == ROW_PADDING:
         for j in cutlass.range_constexpr(BLOCKS_PER_LANE):
-            b = first_block + 32 * j
-            if b < blocks_padded:
-                store_u8(sf_row + cutlass.Int64((b >> 2) * 512 + (b & 3)), cutlass.Int32(0))
+            if first_block + 32 * j < blocks_padded:
+                store_u8(sf_first + 4096 * j, cutlass.Int32(0))
 
 
 @cute.jit
-def quantize_units(plan, run, form, s_seg, s_first, s_rows, s_mult,
+def quantize_units(plan, run, form, s_seg, s_first, s_rows, s_mult, stages, fulls,
                    fp16: cutlass.Constexpr[bool]):  # fmt: skip
-    """The warp's units, software-pipelined: the loads of the next unit are issued
-    before the current one is quantized, so that every warp keeps its 4 KB of loads in
-    flight while it computes (DRAM latency is otherwise exposed once a unit).
+    """The warp's units through its ring of STAGES shared-memory stages: lane 0 keeps
+    the bulk copies of the next STAGES - 1 units in flight while the warp quantizes one,
+    and the routing of the unit after those is read one unit ahead of its copy (an index
+    entry is a dependent load).
 
     Round i of the grid's warps takes units i * step .. (i + 1) * step, warp w the one at
     (w + i) mod step: with step a multiple of the segments, a warp that always took the
@@ -503,20 +641,31 @@ def quantize_units(plan, run, form, s_seg, s_first, s_rows, s_mult,
     blocks_padded = cutlass.Int32(plan[Q_BLOCKS_PADDED])
     segments = cutlass.Int32(plan[Q_SEGMENTS])
     units = cutlass.Int32(plan[Q_UNITS])
+    input_rows = cutlass.Int32(plan[Q_INPUT_ROWS])
     col_tiles = cutlass.Int64(plan[Q_COL_TILES])
     row_stride = plan[Q_ROW_STRIDE_BYTES]
     out_row_bytes = plan[Q_OUT_ROW_BYTES]
     x = run[R_X]
     out = run[R_OUT]
     scales = run[R_SCALES]
-    words = cute.make_rmem_tensor(2 * 8 * BLOCKS_PER_LANE, cutlass.Int32)  # [this | next]
+    # this warp's stages and their mbarriers
+    stage0 = stages + warp * (STAGES * STAGE_BYTES)
+    full0 = fulls + warp * (STAGES * 8)
+    if lane == 0:
+        for i in cutlass.range_constexpr(STAGES):
+            init_barrier(full0 + 8 * i)
+        cute.arch.mbarrier_init_fence()
+    cute.arch.sync_warp()
+    units_ahead = cute.make_rmem_tensor(DESCRIPTOR * (AHEAD + 1), cutlass.Int32)
     step = ctas * WARPS
-    position = cta * WARPS + warp  # (w + i) mod step
-    kind, in_row, out_row, s, segment = unit_row(
-        plan, run, position, units, segments, form, s_seg, s_first, s_rows
-    )
-    load_unit(words, 0, x, row_stride, kind, in_row, segment, lane, blocks)
-    # while those loads fly: the multiplier g / sf of every scale byte, once per CTA (a
+    warp_index = cta * WARPS + warp
+    k0, i0, o0, s0, e0 = describe_batch(0, warp_index, step, plan, run, units, segments, form,
+                                        s_seg, s_first, s_rows, lane)  # fmt: skip
+    for d in cutlass.range_constexpr(AHEAD):
+        take(units_ahead, d, (k0, i0, o0, s0, e0), d)
+        start_copy(units_ahead, d, stage0 + d * STAGE_BYTES, full0 + 8 * d, x, row_stride,
+                   input_rows, blocks, lane)  # fmt: skip
+    # while those copies fly: the multiplier g / sf of every scale byte, once per CTA (a
     # block looks its one up instead of dividing)
     g_bits = cute.make_tensor(
         cute.make_ptr(cutlass.Int32, run[R_GLOBAL_SCALE], cute.AddressSpace.gmem, assumed_align=4),
@@ -525,25 +674,32 @@ def quantize_units(plan, run, form, s_seg, s_first, s_rows, s_mult,
     for i in cutlass.range_constexpr(256 // THREADS):
         s_mult[tidx + THREADS * i] = multiplier(tidx + THREADS * i, g_bits)
     cute.arch.barrier()
-    base = cutlass.Int32(0)
-    for _round in cutlass.range(0, (units + step - 1) // step, 1, unroll=1):
-        base = base + step
-        position = position + 1
-        if position == step:
-            position = cutlass.Int32(0)
-        next_kind, next_in, next_out, next_s, next_segment = unit_row(
-            plan, run, base + position, units, segments, form, s_seg, s_first, s_rows
-        )
-        load_unit(words, 1, x, row_stride, next_kind, next_in, next_segment, lane, blocks)
-        store_unit(words, fp16, g_bits, s_mult, out, out_row_bytes, scales, col_tiles, kind,
-                   out_row, s, segment, lane, blocks, blocks_padded)  # fmt: skip
-        for i in cutlass.range_constexpr(8 * BLOCKS_PER_LANE):
-            words[i] = words[8 * BLOCKS_PER_LANE + i]
-        kind = next_kind
-        in_row = next_in
-        out_row = next_out
-        s = next_s
-        segment = next_segment
+    batch_first = cutlass.Int32(0)  # the round lane 0's description is of
+    consume = cutlass.Int32(0)  # the stage of the unit quantized this round, its parity
+    parity = cutlass.Int32(0)
+    produce = cutlass.Int32(AHEAD % STAGES)  # the stage the next copy goes to
+    for r in cutlass.range(0, (units + step - 1) // step, 1, unroll=1):
+        ahead = r + AHEAD  # the round whose copy starts now
+        if ahead - batch_first == 32:
+            k0, i0, o0, s0, e0 = describe_batch(ahead, warp_index, step, plan, run, units,
+                                                segments, form, s_seg, s_first, s_rows,
+                                                lane)  # fmt: skip
+            batch_first = ahead
+        take(units_ahead, AHEAD, (k0, i0, o0, s0, e0), ahead - batch_first)
+        start_copy(units_ahead, AHEAD, stage0 + produce * STAGE_BYTES, full0 + 8 * produce, x,
+                   row_stride, input_rows, blocks, lane)  # fmt: skip
+        produce = produce + 1
+        if produce == STAGES:
+            produce = cutlass.Int32(0)
+        wait(full0 + 8 * consume, parity)
+        quantize_unit(units_ahead, stage0 + consume * STAGE_BYTES, fp16, g_bits, s_mult, out,
+                      out_row_bytes, scales, col_tiles, lane, blocks, blocks_padded)  # fmt: skip
+        consume = consume + 1
+        if consume == STAGES:
+            consume = cutlass.Int32(0)
+            parity = parity ^ 1
+        for i in cutlass.range_constexpr(DESCRIPTOR * AHEAD):
+            units_ahead[i] = units_ahead[DESCRIPTOR + i]
 
 
 @cute.kernel
@@ -554,6 +710,10 @@ def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer):
 
     @cute.struct
     class SharedStorage:
+        stages: cute.struct.Align[
+            cute.struct.MemRange[cutlass.Int8, WARPS * STAGES * STAGE_BYTES], 128
+        ]
+        fulls: cute.struct.MemRange[cutlass.Int64, WARPS * STAGES]
         segment_rows: cute.struct.MemRange[cutlass.Int32, MAX_EXPERTS + 1]
         first_rows: cute.struct.MemRange[cutlass.Int32, MAX_EXPERTS]
         expert_rows: cute.struct.MemRange[cutlass.Int32, MAX_EXPERTS]
@@ -566,20 +726,28 @@ def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer):
     s_rows = storage.expert_rows.get_tensor(cute.make_layout(MAX_EXPERTS))
     s_warp = storage.warp_totals.get_tensor(cute.make_layout(WARPS))
     s_mult = storage.multipliers.get_tensor(cute.make_layout(256))
+    stages = storage.stages.data_ptr().toint()
+    fulls = storage.fulls.data_ptr().toint()
 
     form = cutlass.Int32(plan[Q_FORM])
     if form == FORM_CONTIGUOUS:
         expert_segments(plan, run, s_seg, s_first, s_rows, s_warp, tidx)
     if plan[Q_FP16] != 0:
-        quantize_units(plan, run, form, s_seg, s_first, s_rows, s_mult, True)
+        quantize_units(plan, run, form, s_seg, s_first, s_rows, s_mult, stages, fulls, True)
     else:
-        quantize_units(plan, run, form, s_seg, s_first, s_rows, s_mult, False)
+        quantize_units(plan, run, form, s_seg, s_first, s_rows, s_mult, stages, fulls, False)
 
 
 @cute.jit
 def quantize_host(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer, num_ctas: cutlass.Int32):
     """Launch ``num_ctas`` CTAs that stride over the plan's units."""
-    kernel(ptr_of_plan, ptr_of_run).launch(grid=(num_ctas, 1, 1), block=[THREADS, 1, 1])
+    kernel(ptr_of_plan, ptr_of_run).launch(
+        grid=(num_ctas, 1, 1),
+        block=[THREADS, 1, 1],
+        min_blocks_per_mp=CTAS_PER_SM,
+        # several CTAs' stages per SM need the unified L1/shared memory as shared memory
+        preferred_smem_carveout=100,
+    )
     return
 
 
