@@ -698,6 +698,23 @@ class PtxBlock:
     def op_max_NaN_f16x2(self, d, a, b):
         self._max_halves(d, a, b, "f16")
 
+    def _max_abs_xorsign(self, d, a, b, kind):
+        # max(|a|, |b|) per half (NaN-propagating), its sign bit sign(a) xor sign(b)
+        signs = (self.get(a) ^ self.get(b)) & np.uint64(0x80008000)
+        self.r["_abs_a"] = self.get(a) & np.uint64(0x7FFF7FFF)
+        self.r["_abs_b"] = self.get(b) & np.uint64(0x7FFF7FFF)
+        self._max_halves(d, "_abs_a", "_abs_b", kind)
+        self.put(d, self.r[d] | signs)
+
+    def op_max_NaN_xorsign_abs_bf16x2(self, d, a, b):
+        self._max_abs_xorsign(d, a, b, "bf16")
+
+    def op_max_NaN_xorsign_abs_f16x2(self, d, a, b):
+        self._max_abs_xorsign(d, a, b, "f16")
+
+    def op_abs_f32(self, d, a):
+        self.put(d, self.get(a) & np.uint64(0x7FFFFFFF))
+
     # float32
     def op_max_NaN_f32(self, d, a, b):
         x, y = self.f32(a), self.f32(b)
@@ -818,17 +835,14 @@ def test_the_block_ptx_computes_the_reference_bytes(dtype):
     for g in (np.float32(1.0), np.float32(0.37), np.float32(3e-30), np.float32(2.5e36),
               np.float32(2.0**-116), np.float32(2.0**100)):  # fmt: skip
         g_bits = g.view(np.uint32)
-        # the kernel clears the sign bits once and hands both PTX blocks the magnitudes
-        magnitudes = words & np.uint64(0x7FFF7FFF)
         scale = scale_ptx.run(
-            {f"${1 + i}": magnitudes[:, i] for i in range(8)} | {"$9": np.full(len(blocks), g_bits)}
+            {f"${1 + i}": words[:, i] for i in range(8)} | {"$9": np.full(len(blocks), g_bits)}
         )
         got_scales = (scale["$0"] & np.uint64(0xFF)).astype(np.uint8)
         # the CTA's table: the multiplier of every scale byte
         table = multiplier.run({"$1": np.arange(256), "$2": np.full(256, g_bits)})["$0"]
-        inputs = {f"${2 + i}": magnitudes[:, i] for i in range(8)}
-        inputs |= {f"${10 + i}": words[:, i] for i in range(8)}
-        inputs["$18"] = table[got_scales.astype(np.intp)]
+        inputs = {f"${2 + i}": words[:, i] for i in range(8)}
+        inputs["$10"] = table[got_scales.astype(np.intp)]
         result = codes_ptx.run(inputs)
         codes = np.stack([result["$0"], result["$1"]], axis=1).astype(np.uint32)
         got_packed = codes.view(np.uint8).reshape(len(blocks), 8)

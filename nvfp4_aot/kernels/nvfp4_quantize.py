@@ -43,14 +43,15 @@ no warp (and no scheduler) always gets a row's short last segment (k = 7168: 3.5
 segments). Each CTA first turns the contiguous offsets into the experts' scale segments
 in shared memory (a scan) and finds a row's expert by binary search there.
 
-The math is issue-bound: per block of 16 elements about 192 SASS instructions (sm_90a),
+The math is issue-bound: per block of 16 elements about 186 SASS instructions (sm_90a),
 128 of them the 8 FMA-pipe steps an element (convert, multiply, three pieces, three
 roundings). A lane's four blocks are one basic block (the stores are predicated, the
 division has no slow-path branch), so that one block's scale chain (amax, division,
-E4M3 rounding, table lookup) overlaps another's element math; the sign bits are cleared
-once for the scale and the codes, and the codes are gathered into bytes with byte
-permutes. 8 warps a CTA, 2 CTAs an SM (128 registers, 79 KB of shared memory a CTA):
-docs/h200/session12/quantizer.md has the configurations measured.
+E4M3 rounding, table lookup) overlaps another's element math; no instruction clears a
+sign bit of an element (amax by max.xorsign.abs, |x| an operand modifier of the
+multiply), and the codes are gathered into bytes with byte permutes. 8 warps a CTA, 2
+CTAs an SM (127 registers, 79 KB of shared memory a CTA): docs/h200/session12/quantizer.md
+has the configurations measured.
 """
 
 import cutlass
@@ -182,16 +183,17 @@ def _scale_byte_ptx() -> str:
 
 
 def _scale_ptx(fp16: bool) -> str:
-    """PTX of a block's scale byte: $1..$8 the magnitudes of its 16 inputs (sign bits
-    cleared) as 8 x (2 x 16-bit) words, element 2i in the low half of word i; $9 g
-    (float32 bits). Out: $0 the E4M3 byte."""
+    """PTX of a block's scale byte: $1..$8 its 16 inputs as 8 x (2 x 16-bit) words,
+    element 2i in the low half of word i; $9 g (float32 bits). Out: $0 the E4M3 byte."""
     lines = ["{", ".reg .b32 r<4>, t, amax, y, sfb;", ".reg .b16 hl, hh;", ".reg .pred pn;"]
     lines += _SCALE_BYTE_REGS
-    # amax: packed NaN-propagating max (exact: a max is a selection), then the larger
-    # half as float32
-    vmax = "max.NaN.f16x2" if fp16 else "max.NaN.bf16x2"
+    # amax: packed NaN-propagating max of the magnitudes (exact: a max is a selection;
+    # .xorsign.abs compares |a| and |b| and gives the result a sign we clear once), then
+    # the larger half as float32
+    vmax = "max.NaN.xorsign.abs." + ("f16x2" if fp16 else "bf16x2")
     lines += [f"{vmax} r{i}, ${1 + 2 * i}, ${2 + 2 * i};" for i in range(4)]
     lines += [f"{vmax} r0, r0, r1;", f"{vmax} r2, r2, r3;", f"{vmax} r0, r0, r2;"]
+    lines.append("and.b32 r0, r0, 0x7FFF7FFF;")
     if fp16:
         lines += ["mov.b32 {hl, hh}, r0;", "cvt.f32.f16 t, hl;", "cvt.f32.f16 amax, hh;"]
     else:
@@ -221,25 +223,24 @@ selp.b32 $0, m, 0, pp;
 
 
 def _codes_ptx(fp16: bool) -> str:
-    """PTX of a block's codes: $2..$9 its magnitude words as for the scale, $10..$17 the
-    input words themselves (for the sign bits), $18 its multiplier m (float32 bits).
-    Out: $0 codes of elements 0..7, $1 of 8..15 (element 2j in the low nibble of byte j)."""
-    magnitudes = [f"${2 + i}" for i in range(8)]
-    words = [f"${10 + i}" for i in range(8)]
+    """PTX of a block's codes: $2..$9 its words as for the scale, $10 its multiplier m
+    (float32 bits). Out: $0 codes of elements 0..7, $1 of 8..15 (element 2j in the low
+    nibble of byte j)."""
+    words = [f"${2 + i}" for i in range(8)]
     lines = ["{", ".reg .b32 x, q, ca, cb, cc, t<16>, pa, pb, ev, od, p01, p23, shi, slo;",
              ".reg .b16 hl, hh;"]  # fmt: skip
-    for j in range(16):  # |x| as float32 (exact), q = |x| * m, its code in t<j>
+    for j in range(16):  # x as float32 (exact), q = |x| * m (|.|: an operand modifier)
         i, high = divmod(j, 2)
         if fp16:
             lines += [
-                f"mov.b32 {{hl, hh}}, {magnitudes[i]};",
+                f"mov.b32 {{hl, hh}}, {words[i]};",
                 f"cvt.f32.f16 x, {'hh' if high else 'hl'};",
             ]
         elif high:
-            lines.append(f"and.b32 x, {magnitudes[i]}, 0xFFFF0000;")
+            lines.append(f"and.b32 x, {words[i]}, 0xFFFF0000;")
         else:
-            lines.append(f"shl.b32 x, {magnitudes[i]}, 16;")
-        lines.append(f"mul.rn.f32 q, x, ${18};")
+            lines.append(f"shl.b32 x, {words[i]}, 16;")
+        lines += ["abs.f32 x, x;", "mul.rn.f32 q, x, $10;"]
         lines += _code_lines("q", f"t{j}")
     for out, first, group in (("$0", 0, words[:4]), ("$1", 8, words[4:])):
         # the low bytes of t: even elements' codes -> ev, odd ones' -> od (byte j holds
@@ -399,19 +400,17 @@ def store_u8(address: cutlass.Int64, value: cutlass.Int32, *, loc=None, ip=None)
 
 
 @dsl_user_op
-def block_scale(magnitudes, g_bits: cutlass.Int32, fp16: bool, *, loc=None, ip=None):
-    """The E4M3 scale byte of one block (8 magnitude words) for global scale ``g_bits``."""
-    operands = [_i32(w, loc, ip) for w in magnitudes] + [_i32(g_bits, loc, ip)]
+def block_scale(words, g_bits: cutlass.Int32, fp16: bool, *, loc=None, ip=None):
+    """The E4M3 scale byte of one block (8 words) for global scale ``g_bits``."""
+    operands = [_i32(w, loc, ip) for w in words] + [_i32(g_bits, loc, ip)]
     return _asm(1, _SCALE_PTX[fp16], "=r," + ",".join(["r"] * 9), operands, False, loc, ip)[0]
 
 
 @dsl_user_op
-def block_codes(magnitudes, words, m_bits: cutlass.Int32, fp16: bool, *, loc=None, ip=None):
+def block_codes(words, m_bits: cutlass.Int32, fp16: bool, *, loc=None, ip=None):
     """(codes of elements 0..7, codes of 8..15) of one block for its multiplier m."""
-    operands = [_i32(w, loc, ip) for w in list(magnitudes) + list(words)]
-    operands.append(_i32(m_bits, loc, ip))
-    constraints = "=r,=r," + ",".join(["r"] * 17)
-    return _asm(2, _CODES_PTX[fp16], constraints, operands, False, loc, ip)
+    operands = [_i32(w, loc, ip) for w in words] + [_i32(m_bits, loc, ip)]
+    return _asm(2, _CODES_PTX[fp16], "=r,=r," + ",".join(["r"] * 9), operands, False, loc, ip)
 
 
 @dsl_user_op
@@ -607,9 +606,8 @@ def quantize_unit(units_ahead: cute.Tensor, stage, fp16: cutlass.Constexpr[bool]
             done = []
             for j in cutlass.range_constexpr(first, first + INTERLEAVE):
                 words = load_block(stage + 32 * (lane + 32 * j))
-                magnitudes = [w & 0x7FFF7FFF for w in words]
-                sf = block_scale(magnitudes, g_bits, fp16)
-                done.append((j, sf, *block_codes(magnitudes, words, s_mult[sf], fp16)))
+                sf = block_scale(words, g_bits, fp16)
+                done.append((j, sf, *block_codes(words, s_mult[sf], fp16)))
             for j, sf, lo, hi in done:
                 b = first_block + 32 * j
                 store_codes(codes_first + 256 * j, lo, hi, b, blocks)
