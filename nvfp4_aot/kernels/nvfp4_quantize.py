@@ -622,9 +622,9 @@ def quantize_unit(units_ahead: cute.Tensor, stage, fp16: cutlass.Constexpr[bool]
 def quantize_units(plan, run, form, s_seg, s_first, s_rows, s_mult, stages, fulls,
                    fp16: cutlass.Constexpr[bool]):  # fmt: skip
     """The warp's units through its ring of STAGES shared-memory stages: lane 0 keeps
-    the bulk copies of the next STAGES - 1 units in flight while the warp quantizes one,
-    and the routing of the unit after those is read one unit ahead of its copy (an index
-    entry is a dependent load).
+    the bulk copies of the next STAGES - 1 units in flight while the warp quantizes one;
+    the units' descriptions come 32 rounds at a time (describe_batch), one per lane, and
+    each round takes its unit's by shuffles.
 
     Round i of the grid's warps takes units i * step .. (i + 1) * step, warp w the one at
     (w + i) mod step: with step a multiple of the segments, a warp that always took the
