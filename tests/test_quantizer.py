@@ -677,11 +677,12 @@ class PtxBlock:
         self.put(d, self.get(a) & np.uint64(0xFFFF))
 
     # packed 16-bit maxima (NaN-propagating: the canonical NaN 0x7FFF)
-    def _max_halves(self, d, a, b, kind):
+    def _max_halves(self, d, va, vb, kind):
+        """d <- the NaN-propagating max of each 16-bit half of the values va and vb."""
         out = np.uint64(0)
         for shift in (0, 16):
-            ha = ((self.get(a) >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.uint16)
-            hb = ((self.get(b) >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.uint16)
+            ha = ((va >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.uint16)
+            hb = ((vb >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.uint16)
             if kind == "bf16":
                 fa = (ha.astype(np.uint32) << 16).view(np.float32)
                 fb = (hb.astype(np.uint32) << 16).view(np.float32)
@@ -693,17 +694,16 @@ class PtxBlock:
         self.put(d, out)
 
     def op_max_NaN_bf16x2(self, d, a, b):
-        self._max_halves(d, a, b, "bf16")
+        self._max_halves(d, self.get(a), self.get(b), "bf16")
 
     def op_max_NaN_f16x2(self, d, a, b):
-        self._max_halves(d, a, b, "f16")
+        self._max_halves(d, self.get(a), self.get(b), "f16")
 
     def _max_abs_xorsign(self, d, a, b, kind):
         # max(|a|, |b|) per half (NaN-propagating), its sign bit sign(a) xor sign(b)
         signs = (self.get(a) ^ self.get(b)) & np.uint64(0x80008000)
-        self.r["_abs_a"] = self.get(a) & np.uint64(0x7FFF7FFF)
-        self.r["_abs_b"] = self.get(b) & np.uint64(0x7FFF7FFF)
-        self._max_halves(d, "_abs_a", "_abs_b", kind)
+        magnitude = np.uint64(0x7FFF7FFF)
+        self._max_halves(d, self.get(a) & magnitude, self.get(b) & magnitude, kind)
         self.put(d, self.r[d] | signs)
 
     def op_max_NaN_xorsign_abs_bf16x2(self, d, a, b):

@@ -560,8 +560,9 @@ def take(units_ahead: cute.Tensor, slot: cutlass.Constexpr[int], batch, index):
 def start_copy(units_ahead: cute.Tensor, slot: cutlass.Constexpr[int], stage, full, x,
                row_stride, input_rows, blocks, lane):  # fmt: skip
     """Lane 0 starts the copy of the token row segment described in ``slot`` into
-    ``stage`` (its bytes past k are not copied: the math reads them as zeros), or
-    completes ``full``'s phase at once for any other unit."""
+    ``stage`` (its bytes past k are not copied: the math reads whatever the stage held
+    and stores nothing of those blocks), or completes ``full``'s phase at once for any
+    other unit."""
     cute.arch.sync_warp()  # every lane has read the stage's previous unit
     if lane == 0:
         kind = units_ahead[DESCRIPTOR * slot + F_KIND]
