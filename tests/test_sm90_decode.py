@@ -2,9 +2,9 @@
 (``sm90_common._DECODE_WORD_PTX`` / ``_DECODE_SCALES_PTX``) run by the numpy PTX
 interpreter, against the E2M1 and E4M3 tables. The decode must be exact: the GEMM's
 products are exact only if every decoded FP16 value is fp4 x scale x 2^-7 to the bit
-(the epilogue multiplies by 2^14 twice over both operands' 2^-7). (The kernel module
-imports the DSL, so this skips without the build extra; the H200 runs check the GEMMs'
-products.)"""
+(each operand carries the 2^-7; the epilogue multiplies the accumulator by 2^14). The
+kernel module imports the DSL, so this skips without the build extra; the H200 runs
+check the GEMMs' products."""
 
 from __future__ import annotations
 
