@@ -56,7 +56,6 @@ has the configurations measured.
 
 import cutlass
 import cutlass.cute as cute
-from cutlass._mlir.dialects import llvm
 from cutlass.cute.runtime import make_ptr
 from cutlass.cutlass_dsl import dsl_user_op
 from cutlass.memory import SmemAllocator
@@ -90,6 +89,7 @@ from ..quantize_layout import (
 )
 from . import family_named
 from .cta_scan import block_scan
+from .inline_ptx import asm, asm_i32s, ir_i32, ir_i64
 
 FAMILY = "nvfp4_quantize"
 ARCHS = ("sm_90a", "sm_100a", "sm_103a")
@@ -276,60 +276,32 @@ _CODE_PTX = _code_ptx()
 _SCALE_BYTE_PTX = _scale_byte_ptx()
 
 
-def _i32(v, loc, ip):
-    return cutlass.Int32(v).ir_value(loc=loc, ip=ip)
-
-
-def _i64(v, loc, ip):
-    return cutlass.Int64(v).ir_value(loc=loc, ip=ip)
-
-
-def _asm(results, ptx, constraints, operands, side_effects, loc, ip):
-    """Inline PTX with ``results`` 32-bit results (a list of Int32); none: ordered with
-    every other memory access."""
-    if results == 0:
-        llvm.inline_asm(
-            None, operands, ptx, constraints + ",~{memory}", has_side_effects=True,
-            is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip,
-        )  # fmt: skip
-        return []
-    struct = llvm.StructType.get_literal([cutlass.Int32.mlir_type] * results)
-    value = llvm.inline_asm(
-        struct, operands, ptx, constraints, has_side_effects=side_effects,
-        is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip,
-    )  # fmt: skip
-    return [
-        cutlass.Int32(llvm.extractvalue(cutlass.Int32.mlir_type, value, [i], loc=loc, ip=ip))
-        for i in range(results)
-    ]
-
-
 @dsl_user_op
 def copy_row_segment(stage: cutlass.Int32, source: cutlass.Int64, size: cutlass.Int32,
                      full: cutlass.Int32, *, loc=None, ip=None):  # fmt: skip
     """Expect ``size`` bytes on the stage's mbarrier ``full`` and start one bulk copy of
     them from global ``source`` into shared ``stage`` (one thread). The fence orders the
     warp's earlier generic reads of the stage before the async proxy's writes."""
-    operands = [_i32(stage, loc, ip), _i64(source, loc, ip), _i32(size, loc, ip),
-                _i32(full, loc, ip)]  # fmt: skip
+    operands = [ir_i32(stage, loc, ip), ir_i64(source, loc, ip), ir_i32(size, loc, ip),
+                ir_i32(full, loc, ip)]  # fmt: skip
     ptx = (
         "fence.proxy.async.shared::cta;\n"
         "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$3], $2;\n"
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1], $2, [$3];"
     )
-    _asm(0, ptx, "r,l,r,r", operands, True, loc, ip)
+    asm(ptx, "r,l,r,r", operands, loc, ip)
 
 
 @dsl_user_op
 def init_barrier(full: cutlass.Int32, *, loc=None, ip=None):
     """Initialise mbarrier ``full`` for one arrival a phase."""
-    _asm(0, "mbarrier.init.shared::cta.b64 [$0], 1;", "r", [_i32(full, loc, ip)], True, loc, ip)
+    asm("mbarrier.init.shared::cta.b64 [$0], 1;", "r", [ir_i32(full, loc, ip)], loc, ip)
 
 
 @dsl_user_op
 def arrive(full: cutlass.Int32, *, loc=None, ip=None):
     """Complete the phase of mbarrier ``full`` without a copy (a unit with no input row)."""
-    _asm(0, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r", [_i32(full, loc, ip)], True, loc, ip)
+    asm("mbarrier.arrive.shared::cta.b64 _, [$0];", "r", [ir_i32(full, loc, ip)], loc, ip)
 
 
 _WAIT_PTX = """{
@@ -343,7 +315,7 @@ mbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1;
 @dsl_user_op
 def wait(full: cutlass.Int32, parity: cutlass.Int32, *, loc=None, ip=None):
     """Wait until mbarrier ``full`` has completed the phase of ``parity``."""
-    _asm(0, _WAIT_PTX, "r,r", [_i32(full, loc, ip), _i32(parity, loc, ip)], True, loc, ip)
+    asm(_WAIT_PTX, "r,r", [ir_i32(full, loc, ip), ir_i32(parity, loc, ip)], loc, ip)
 
 
 @dsl_user_op
@@ -351,7 +323,7 @@ def load_block(address: cutlass.Int32, *, loc=None, ip=None):
     """The 32 bytes of one block at shared ``address`` as 8 Int32 (two 16-byte loads)."""
     ptx = "ld.shared.v4.b32 {$0, $1, $2, $3}, [$8];\nld.shared.v4.b32 {$4, $5, $6, $7}, [$8+16];"
     constraints = "=r,=r,=r,=r,=r,=r,=r,=r,r,~{memory}"
-    return _asm(8, ptx, constraints, [_i32(address, loc, ip)], True, loc, ip)
+    return asm_i32s(8, ptx, constraints, [ir_i32(address, loc, ip)], True, loc, ip)
 
 
 _STORE_CODES_PTX = """{
@@ -377,8 +349,8 @@ def store_codes(address: cutlass.Int64, lo: cutlass.Int32, hi: cutlass.Int32,
                 block: cutlass.Int32, blocks: cutlass.Int32, *, loc=None, ip=None):  # fmt: skip
     """8 bytes (``lo`` first) to ``address`` if ``block`` < ``blocks`` (predicated: no
     branch splits the unit's math)."""
-    operands = [_i64(address, loc, ip)] + [_i32(v, loc, ip) for v in (lo, hi, block, blocks)]
-    _asm(0, _STORE_CODES_PTX, "l,r,r,r,r", operands, True, loc, ip)
+    operands = [ir_i64(address, loc, ip)] + [ir_i32(v, loc, ip) for v in (lo, hi, block, blocks)]
+    asm(_STORE_CODES_PTX, "l,r,r,r,r", operands, loc, ip)
 
 
 @dsl_user_op
@@ -387,37 +359,37 @@ def store_scale(address: cutlass.Int64, sf: cutlass.Int32, block: cutlass.Int32,
                 ip=None):  # fmt: skip
     """Block ``block``'s scale byte to ``address``: ``sf`` below ``blocks``, 0 for the
     blocked layout's padding columns below ``blocks_padded``, nothing past them."""
-    operands = [_i64(address, loc, ip)]
-    operands += [_i32(v, loc, ip) for v in (sf, block, blocks, blocks_padded)]
-    _asm(0, _STORE_SCALE_PTX, "l,r,r,r,r", operands, True, loc, ip)
+    operands = [ir_i64(address, loc, ip)]
+    operands += [ir_i32(v, loc, ip) for v in (sf, block, blocks, blocks_padded)]
+    asm(_STORE_SCALE_PTX, "l,r,r,r,r", operands, loc, ip)
 
 
 @dsl_user_op
 def store_u8(address: cutlass.Int64, value: cutlass.Int32, *, loc=None, ip=None):
     """The low byte of ``value`` to ``address``."""
-    operands = [_i64(address, loc, ip), _i32(value, loc, ip)]
-    _asm(0, "st.global.u8 [$0], $1;", "l,r", operands, True, loc, ip)
+    operands = [ir_i64(address, loc, ip), ir_i32(value, loc, ip)]
+    asm("st.global.u8 [$0], $1;", "l,r", operands, loc, ip)
 
 
 @dsl_user_op
 def block_scale(words, g_bits: cutlass.Int32, fp16: bool, *, loc=None, ip=None):
     """The E4M3 scale byte of one block (8 words) for global scale ``g_bits``."""
-    operands = [_i32(w, loc, ip) for w in words] + [_i32(g_bits, loc, ip)]
-    return _asm(1, _SCALE_PTX[fp16], "=r," + ",".join(["r"] * 9), operands, False, loc, ip)[0]
+    operands = [ir_i32(w, loc, ip) for w in words] + [ir_i32(g_bits, loc, ip)]
+    return asm_i32s(1, _SCALE_PTX[fp16], "=r," + ",".join(["r"] * 9), operands, False, loc, ip)[0]
 
 
 @dsl_user_op
 def block_codes(words, m_bits: cutlass.Int32, fp16: bool, *, loc=None, ip=None):
     """(codes of elements 0..7, codes of 8..15) of one block for its multiplier m."""
-    operands = [_i32(w, loc, ip) for w in words] + [_i32(m_bits, loc, ip)]
-    return _asm(2, _CODES_PTX[fp16], "=r,=r," + ",".join(["r"] * 9), operands, False, loc, ip)
+    operands = [ir_i32(w, loc, ip) for w in words] + [ir_i32(m_bits, loc, ip)]
+    return asm_i32s(2, _CODES_PTX[fp16], "=r,=r," + ",".join(["r"] * 9), operands, False, loc, ip)
 
 
 @dsl_user_op
 def multiplier(scale_byte: cutlass.Int32, g_bits: cutlass.Int32, *, loc=None, ip=None):
     """m = g / e4m3(scale_byte), 0 where that is not > 0 (float32 bits)."""
-    operands = [_i32(scale_byte, loc, ip), _i32(g_bits, loc, ip)]
-    return _asm(1, _MULTIPLIER_PTX, "=r,r,r", operands, False, loc, ip)[0]
+    operands = [ir_i32(scale_byte, loc, ip), ir_i32(g_bits, loc, ip)]
+    return asm_i32s(1, _MULTIPLIER_PTX, "=r,r,r", operands, False, loc, ip)[0]
 
 
 # ---------------------------------------------------------------------------------------

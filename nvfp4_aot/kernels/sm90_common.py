@@ -10,12 +10,12 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass._mlir.dialects import llvm
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.cute.runtime import make_ptr
 from cutlass.cutlass_dsl import dsl_user_op
 
 from .epilogue import C_DTYPES
+from .inline_ptx import asm, asm_i32, asm_i32s, ir_i32
 
 ARCHS = ("sm_90a",)
 
@@ -103,52 +103,10 @@ mov.b32 $1, {hi, hi};
 }"""
 
 
-def ir_i32(v, loc, ip):
-    """``v`` (Python or DSL integer) as an i32 MLIR value, for inline-PTX operands."""
-    return cutlass.Int32(v).ir_value(loc=loc, ip=ip)
-
-
-def _inline_asm(result_type, ptx, constraints, operands, has_side_effects, loc, ip):
-    return llvm.inline_asm(
-        result_type,
-        operands,
-        ptx,
-        constraints,
-        has_side_effects=has_side_effects,
-        is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT,
-        loc=loc,
-        ip=ip,
-    )
-
-
-def _asm_i32s(n, ptx, constraints, operands, has_side_effects, loc, ip):
-    """Inline PTX with ``n`` 32-bit results, returned as a list of Int32."""
-    struct = llvm.StructType.get_literal([cutlass.Int32.mlir_type] * n)
-    res = _inline_asm(struct, ptx, constraints, operands, has_side_effects, loc, ip)
-    return [
-        cutlass.Int32(llvm.extractvalue(cutlass.Int32.mlir_type, res, [i], loc=loc, ip=ip))
-        for i in range(n)
-    ]
-
-
-def asm(ptx, constraints, operands, loc, ip):
-    """Inline PTX without results, ordered with every other memory access."""
-    clobbers = constraints + ",~{memory}" if constraints else "~{memory}"
-    _inline_asm(None, ptx, clobbers, operands, True, loc, ip)
-
-
-def asm_i32(ptx, constraints, operands, loc, ip):
-    """Inline PTX with one 32-bit result, never reordered or dropped."""
-    return cutlass.Int32(
-        _inline_asm(cutlass.Int32.mlir_type, ptx, constraints, operands, True, loc, ip)
-    )
-
-
 @dsl_user_op
 def lds_v4(addr: cutlass.Int32, *, loc=None, ip=None):
     """16-byte shared load -> 4 Int32."""
-    return _asm_i32s(
+    return asm_i32s(
         4,
         "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];",
         "=r,=r,=r,=r,r,~{memory}",
@@ -180,7 +138,7 @@ def lds_u16(addr: cutlass.Int32, *, loc=None, ip=None) -> cutlass.Int32:
 @dsl_user_op
 def decode_word(word: cutlass.Int32, scale2: cutlass.Int32, *, loc=None, ip=None):
     """8 FP4 values -> 4 f16x2 (see _DECODE_WORD_PTX)."""
-    return _asm_i32s(
+    return asm_i32s(
         4,
         _DECODE_WORD_PTX,
         "=r,=r,=r,=r,r,r",
@@ -194,7 +152,7 @@ def decode_word(word: cutlass.Int32, scale2: cutlass.Int32, *, loc=None, ip=None
 @dsl_user_op
 def decode_scales(sf_pair: cutlass.Int32, *, loc=None, ip=None):
     """Two E4M3 bytes -> two broadcast f16x2 scales times 2^7."""
-    return _asm_i32s(2, _DECODE_SCALES_PTX, "=r,=r,r", [ir_i32(sf_pair, loc, ip)], False, loc, ip)
+    return asm_i32s(2, _DECODE_SCALES_PTX, "=r,=r,r", [ir_i32(sf_pair, loc, ip)], False, loc, ip)
 
 
 # Consumer wait on a raw-stage full mbarrier: try_wait.parity with suspend-time

@@ -83,6 +83,7 @@ from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
 from .epilogue import alpha_table, output_scale
 from .group_search import advance_group, ceil_div, warp_tile_range
+from .inline_ptx import asm, ir_i32
 from .sm90_common import (
     ACC_RESCALE,
     ARCHS,
@@ -99,7 +100,6 @@ from .sm90_common import (
     TILE_KB,
     TILE_M,
     TILE_N,
-    asm,
     compile_host,
     consumer_mma,
     consumer_wait,
@@ -108,7 +108,6 @@ from .sm90_common import (
     decode_word,
     gmem_u8,
     host_operands,
-    ir_i32,
     lds_u8,
     lds_u16,
     lds_u32,

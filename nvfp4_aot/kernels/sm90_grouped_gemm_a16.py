@@ -52,6 +52,7 @@ from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 from . import family_named
 from .epilogue import alpha_table, output_scale
 from .group_search import advance_group, ceil_div, cta_tile_range, find_group
+from .inline_ptx import asm, asm_i32, ir_i32, ir_i64
 from .sm90_common import (
     ACC_RESCALE,
     ARCHS,
@@ -68,8 +69,6 @@ from .sm90_common import (
     TILE_KB,
     TILE_M,
     TILE_N,
-    asm,
-    asm_i32,
     compile_host,
     consumer_mma,
     consumer_wait,
@@ -78,7 +77,6 @@ from .sm90_common import (
     decode_word,
     gmem_u8,
     host_operands,
-    ir_i32,
     load_weights,
     make_ab_tensor,
     make_sf_tensor,
@@ -110,14 +108,10 @@ assert WORKSPACE.activation_k_multiple == TILE_K
 # ---------------------------------------------------------------------------
 
 
-def _i64(v, loc, ip):
-    return cutlass.Int64(v).ir_value(loc=loc, ip=ip)
-
-
 @dsl_user_op
 def ldg_b32(addr: cutlass.Int64, *, loc=None, ip=None) -> cutlass.Int32:
     """4-byte read-only global load."""
-    return asm_i32("ld.global.nc.b32 $0, [$1];", "=r,l", [_i64(addr, loc, ip)], loc, ip)
+    return asm_i32("ld.global.nc.b32 $0, [$1];", "=r,l", [ir_i64(addr, loc, ip)], loc, ip)
 
 
 @dsl_user_op
@@ -135,7 +129,7 @@ def stg_v4(
     asm(
         "st.global.v4.b32 [$0], {$1, $2, $3, $4};",
         "l,r,r,r,r",
-        [_i64(addr, loc, ip)] + [ir_i32(v, loc, ip) for v in (v0, v1, v2, v3)],
+        [ir_i64(addr, loc, ip)] + [ir_i32(v, loc, ip) for v in (v0, v1, v2, v3)],
         loc,
         ip,
     )
@@ -177,7 +171,7 @@ fence.proxy.async.global;
 
 @dsl_user_op
 def grid_barrier_thread(ctr_addr: cutlass.Int64, last: cutlass.Int32, *, loc=None, ip=None):
-    asm(_GRID_BARRIER_PTX, "l,r", [_i64(ctr_addr, loc, ip), ir_i32(last, loc, ip)], loc, ip)
+    asm(_GRID_BARRIER_PTX, "l,r", [ir_i64(ctr_addr, loc, ip), ir_i32(last, loc, ip)], loc, ip)
 
 
 @dsl_user_op
@@ -187,7 +181,7 @@ def tmap_set_f16_sw128(desc: cutlass.Int64, *, loc=None, ip=None) -> None:
         "tensormap.replace.tile.elemtype.global.b1024.b32 [$0], 6;\n"
         "tensormap.replace.tile.swizzle_mode.global.b1024.b32 [$0], 3;",
         "l",
-        [_i64(desc, loc, ip)],
+        [ir_i64(desc, loc, ip)],
         loc,
         ip,
     )
@@ -212,11 +206,11 @@ def tmap_update_2d(
         "tensormap.replace.tile.global_stride.global.b1024.b64 [$0], 0, $4;",
         "l,l,r,r,l",
         [
-            _i64(desc, loc, ip),
-            _i64(addr, loc, ip),
+            ir_i64(desc, loc, ip),
+            ir_i64(addr, loc, ip),
             ir_i32(dim0, loc, ip),
             ir_i32(dim1, loc, ip),
-            _i64(stride_bytes, loc, ip),
+            ir_i64(stride_bytes, loc, ip),
         ],
         loc,
         ip,
@@ -231,7 +225,11 @@ def fence_tmap_release(*, loc=None, ip=None) -> None:
 @dsl_user_op
 def fence_tmap_acquire(desc: cutlass.Int64, *, loc=None, ip=None) -> None:
     asm(
-        "fence.proxy.tensormap::generic.acquire.gpu [$0], 128;", "l", [_i64(desc, loc, ip)], loc, ip
+        "fence.proxy.tensormap::generic.acquire.gpu [$0], 128;",
+        "l",
+        [ir_i64(desc, loc, ip)],
+        loc,
+        ip,
     )
 
 
@@ -253,7 +251,7 @@ def tma_load_2d(
         "r,l,r,r,r",
         [
             ir_i32(dst, loc, ip),
-            _i64(desc, loc, ip),
+            ir_i64(desc, loc, ip),
             ir_i32(c0, loc, ip),
             ir_i32(c1, loc, ip),
             ir_i32(mbar, loc, ip),
