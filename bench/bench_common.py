@@ -194,3 +194,22 @@ def bf16_flops(device) -> float:
 def measure_ceilings(device):
     """Copy bandwidth (bytes read + written per second) and BF16 matmul FLOP/s."""
     return copy_bandwidth(device), bf16_flops(device)
+
+
+# host speed ------------------------------------------------------------------------------
+
+# the Python probe: ~0.15 ms on a full-speed vCPU of the lent H200's host (bench/host_cores.py)
+PROBE_LOOPS = 5_000
+
+
+def python_probe_us(loops: int = PROBE_LOOPS) -> float:
+    """µs of a fixed pure-Python loop on the current CPU, best of three: how fast it runs
+    the interpreter right now."""
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        total = 0
+        for i in range(loops):
+            total += i & 7
+        best = min(best, time.perf_counter() - start)
+    return best * 1e6

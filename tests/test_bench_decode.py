@@ -43,13 +43,18 @@ def test_bench_case_runs_end_to_end(cpu_cuda):
             experts, n, k, tokens, weights, 4e12, GpuHold(), args, torch.device("cpu")
         )
         assert fake.launches
+    assert row["host_probe_us"] > 0 and row["host_probe_after_us"] > 0
     assert row["gemm_launches"] == 2 and row["rows"] == 64 and row["decode"]
     assert 8 <= row["experts_hit"] <= 64 and row["mem_floor_us"] > 0
     assert row["copy_same_us"] > 0 and row["ours_over_copy"] > 0
     assert set(row["targets"]) == {"floor", "speedup_2x", "not_slower", "host"}
     table = bench_decode.markdown([row])
     assert table.count("\n") == 2 and "| 300 | 128, 256 | 8 |" in table
-    assert bench_decode.summary([row]).startswith("1 configurations, 1 decode")
+    summary = bench_decode.summary([row])
+    assert (
+        summary.startswith("1 configurations, 1 decode")
+        and "1 of the rows with the host at full speed" in summary
+    )
 
 
 def test_bench_moe_case_shares_the_setup(cpu_cuda):

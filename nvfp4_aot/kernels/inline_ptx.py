@@ -3,6 +3,7 @@
 
 import cutlass
 from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import dsl_user_op
 
 
 def ir_i32(v, loc, ip):
@@ -50,3 +51,58 @@ def asm_i32(ptx, constraints, operands, loc, ip):
     return cutlass.Int32(
         _inline_asm(cutlass.Int32.mlir_type, ptx, constraints, operands, True, loc, ip)
     )
+
+
+# shared-memory loads ---------------------------------------------------------------------
+
+
+@dsl_user_op
+def lds_v4(addr: cutlass.Int32, *, loc=None, ip=None):
+    """16-byte shared load -> 4 Int32."""
+    return asm_i32s(
+        4,
+        "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];",
+        "=r,=r,=r,=r,r,~{memory}",
+        [ir_i32(addr, loc, ip)],
+        True,
+        loc,
+        ip,
+    )
+
+
+@dsl_user_op
+def lds_u32(addr: cutlass.Int32, *, loc=None, ip=None) -> cutlass.Int32:
+    """4-byte shared load."""
+    return asm_i32("ld.shared.b32 $0, [$1];", "=r,r,~{memory}", [ir_i32(addr, loc, ip)], loc, ip)
+
+
+@dsl_user_op
+def lds_u8(addr: cutlass.Int32, *, loc=None, ip=None) -> cutlass.Int32:
+    """1-byte shared load, zero extended."""
+    return asm_i32("ld.shared.u8 $0, [$1];", "=r,r,~{memory}", [ir_i32(addr, loc, ip)], loc, ip)
+
+
+@dsl_user_op
+def lds_u16(addr: cutlass.Int32, *, loc=None, ip=None) -> cutlass.Int32:
+    """2-byte shared load, zero extended."""
+    return asm_i32("ld.shared.u16 $0, [$1];", "=r,r,~{memory}", [ir_i32(addr, loc, ip)], loc, ip)
+
+
+# mbarriers -------------------------------------------------------------------------------
+
+# try_wait's last operand is a suspend-time hint; without it a waiting thread may be
+# suspended for a system-dependent time before it retries, with 0 it retries at once.
+_MBAR_WAIT_PTX = """{{
+.reg .pred p;
+WAIT:
+mbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1{hint};
+@!p bra.uni WAIT;
+}}"""
+
+
+@dsl_user_op
+def mbar_wait(addr: cutlass.Int32, parity: cutlass.Int32, *, suspend=True, loc=None, ip=None):
+    """Wait until the mbarrier at shared ``addr`` has completed the phase of ``parity``;
+    ``suspend=False`` retries without being suspended in between."""
+    ptx = _MBAR_WAIT_PTX.format(hint="" if suspend else ", 0")
+    asm(ptx, "r,r", [ir_i32(addr, loc, ip), ir_i32(parity, loc, ip)], loc, ip)

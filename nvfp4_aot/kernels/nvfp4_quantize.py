@@ -89,7 +89,7 @@ from ..quantize_layout import (
 )
 from . import family_named
 from .cta_scan import block_scan
-from .inline_ptx import asm, asm_i32s, ir_i32, ir_i64
+from .inline_ptx import asm, asm_i32s, ir_i32, ir_i64, lds_v4, mbar_wait
 
 FAMILY = "nvfp4_quantize"
 ARCHS = ("sm_90a", "sm_100a", "sm_103a")
@@ -302,28 +302,6 @@ def init_barrier(full: cutlass.Int32, *, loc=None, ip=None):
 def arrive(full: cutlass.Int32, *, loc=None, ip=None):
     """Complete the phase of mbarrier ``full`` without a copy (a unit with no input row)."""
     asm("mbarrier.arrive.shared::cta.b64 _, [$0];", "r", [ir_i32(full, loc, ip)], loc, ip)
-
-
-_WAIT_PTX = """{
-.reg .pred p;
-WAIT:
-mbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1;
-@!p bra.uni WAIT;
-}"""
-
-
-@dsl_user_op
-def wait(full: cutlass.Int32, parity: cutlass.Int32, *, loc=None, ip=None):
-    """Wait until mbarrier ``full`` has completed the phase of ``parity``."""
-    asm(_WAIT_PTX, "r,r", [ir_i32(full, loc, ip), ir_i32(parity, loc, ip)], loc, ip)
-
-
-@dsl_user_op
-def load_block(address: cutlass.Int32, *, loc=None, ip=None):
-    """The 32 bytes of one block at shared ``address`` as 8 Int32 (two 16-byte loads)."""
-    ptx = "ld.shared.v4.b32 {$0, $1, $2, $3}, [$8];\nld.shared.v4.b32 {$4, $5, $6, $7}, [$8+16];"
-    constraints = "=r,=r,=r,=r,=r,=r,=r,=r,r,~{memory}"
-    return asm_i32s(8, ptx, constraints, [ir_i32(address, loc, ip)], True, loc, ip)
 
 
 _STORE_CODES_PTX = """{
@@ -578,7 +556,8 @@ def quantize_unit(units_ahead: cute.Tensor, stage, fp16: cutlass.Constexpr[bool]
         for first in cutlass.range_constexpr(0, BLOCKS_PER_LANE, INTERLEAVE):
             done = []
             for j in cutlass.range_constexpr(first, first + INTERLEAVE):
-                words = load_block(stage + 32 * (lane + 32 * j))
+                block = stage + 32 * (lane + 32 * j)  # its 32 bytes as 8 Int32
+                words = [*lds_v4(block), *lds_v4(block + 16)]
                 sf = block_scale(words, g_bits, fp16)
                 done.append((j, sf, *block_codes(words, s_mult[sf], fp16)))
             for j, sf, lo, hi in done:
@@ -662,7 +641,7 @@ def quantize_units(plan, run, form, s_seg, s_first, s_rows, s_mult, stages, full
         produce = produce + 1
         if produce == STAGES:
             produce = cutlass.Int32(0)
-        wait(full0 + 8 * consume, parity)
+        mbar_wait(full0 + 8 * consume, parity)
         quantize_unit(units_ahead, stage0 + consume * STAGE_BYTES, fp16, g_bits, s_mult, out,
                       out_row_bytes, scales, col_tiles, lane, blocks, blocks_padded)  # fmt: skip
         consume = consume + 1

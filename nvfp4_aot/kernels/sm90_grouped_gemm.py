@@ -83,7 +83,7 @@ from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
 from .epilogue import alpha_table, output_scale
 from .group_search import advance_group, ceil_div, warp_tile_range
-from .inline_ptx import asm, ir_i32
+from .inline_ptx import asm, ir_i32, lds_u8, lds_u16, lds_u32, lds_v4
 from .sm90_common import (
     ACC_RESCALE,
     ARCHS,
@@ -108,10 +108,6 @@ from .sm90_common import (
     decode_word,
     gmem_u8,
     host_operands,
-    lds_u8,
-    lds_u16,
-    lds_u32,
-    lds_v4,
     load_weights,
     make_ab_tensor,
     make_sf_tensor,
