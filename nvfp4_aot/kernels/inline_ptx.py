@@ -53,7 +53,7 @@ def asm_i32(ptx, constraints, operands, loc, ip):
     )
 
 
-# shared-memory loads ---------------------------------------------------------------------
+# shared memory ---------------------------------------------------------------------------
 
 
 @dsl_user_op
@@ -86,6 +86,12 @@ def lds_u8(addr: cutlass.Int32, *, loc=None, ip=None) -> cutlass.Int32:
 def lds_u16(addr: cutlass.Int32, *, loc=None, ip=None) -> cutlass.Int32:
     """2-byte shared load, zero extended."""
     return asm_i32("ld.shared.u16 $0, [$1];", "=r,r,~{memory}", [ir_i32(addr, loc, ip)], loc, ip)
+
+
+@dsl_user_op
+def sts_b32(addr: cutlass.Int32, val: cutlass.Int32, *, loc=None, ip=None) -> None:
+    """4-byte shared store."""
+    asm("st.shared.b32 [$0], $1;", "r,r", [ir_i32(addr, loc, ip), ir_i32(val, loc, ip)], loc, ip)
 
 
 # mbarriers -------------------------------------------------------------------------------

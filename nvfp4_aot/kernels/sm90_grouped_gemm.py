@@ -84,7 +84,7 @@ from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
 from .epilogue import alpha_table, output_scale
 from .group_search import advance_group, ceil_div, warp_tile_range
-from .inline_ptx import asm, ir_i32, ir_i64, lds_u8, lds_u16, lds_u32, lds_v4
+from .inline_ptx import asm, ir_i32, ir_i64, lds_u8, lds_u16, lds_u32, lds_v4, sts_b32
 from .sm90_common import (
     ACC_RESCALE,
     ARCHS,
@@ -128,11 +128,6 @@ NUM_DEC_BUFFERS = 4  # decoded FP16 activation buffers (fixed: see the consumer 
 # ---------------------------------------------------------------------------
 # Device helpers
 # ---------------------------------------------------------------------------
-
-
-@dsl_user_op
-def sts_b32(addr: cutlass.Int32, val: cutlass.Int32, *, loc=None, ip=None) -> None:
-    asm("st.shared.b32 [$0], $1;", "r,r", [ir_i32(addr, loc, ip), ir_i32(val, loc, ip)], loc, ip)
 
 
 # A 128-byte TMA descriptor from shared to global memory, 16 bytes a load and store.
