@@ -286,6 +286,10 @@ PLAIN_SHAPES = [  # (T, k, extra row stride)
     (128, 64, 0), (129, 160, 16), (255, 2048, 0), (1000, 2080, 0), (1024, 7168, 0),
     (2048, 4096, 64), (4096, 1024, 0), (333, 16384, 0), (16384, 256, 0), (16384, 32, 8),
     (300, 6144, 0), (64, 10240, 16),  # 3 and 5 row segments of 128 blocks (not a power of 2)
+    # a row's last segment with 33 / 66 / 168 - 128 = 40 / 288 - 256 = 32 blocks: each of
+    # the kernel's short-segment paths (1, 2 or all 4 of a lane's blocks) with lanes past
+    # k and blocked-scale padding columns (33 and 66 blocks are not multiples of 4)
+    (5, 528, 0), (77, 1056, 8), (130, 2688, 0), (9, 4608, 0),
 ]  # fmt: skip
 
 
