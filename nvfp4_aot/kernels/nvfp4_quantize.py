@@ -28,11 +28,16 @@ Three forms (plan word ``Q_FORM``; :mod:`nvfp4_aot.quantize_layout` has the word
 
 Device counts are clamped as the routing kernel clamps them (0 <= offsets[e] <=
 offsets[e + 1] <= capacity, 0 <= masked_m[e] <= max_m), index entries to the input's
-rows, and the work is a fixed list of scale rows (the plan's buffer), so no routing can
-make the kernel read or write outside the buffers the plan checked.
+rows, and no scale row past the plan's buffer is written, so no routing can make the
+kernel read or write outside the buffers the plan checked.
 
-Work: a warp takes one unit (a scale row x a segment of 128 blocks, 4 KB of input) at a
-time; lane l owns blocks l, l + 32, l + 64, l + 96 of the segment. Each warp has its own
+Work: a warp takes one unit (a row x a segment of 128 blocks, 4 KB of input) at a time;
+lane l owns blocks l, l + 32, l + 64, l + 96 of the segment. Plain: a unit a scale row.
+MoE forms (since session 15): only this routing's unit rows, each expert's token rows
+and then its padding scale rows PAD_ROWS at a time (a lane a row, a 32-bit zero a
+4-block group); every scale row of the plan's worst case was a unit before (a decode
+routing, E = 128 at 16 tokens, has 1.0 K scale rows with tokens or padding of the
+plan's 16.3 K: 2x faster, docs/h200/session15/quantizer.md). Each warp has its own
 ring of STAGES shared-memory stages: its lane 0 starts one bulk copy (cp.async.bulk, an
 mbarrier per stage) of each token row segment, STAGES - 1 units ahead of the one the warp
 quantizes, so the input waits in shared memory, not in registers. A warp describes its
@@ -40,8 +45,10 @@ next 32 units at once (lane l the l-th: the segment search and the index entry, 
 routing's dependent loads), and takes each unit's description by shuffles. Round i of
 the grid's warps takes the next step units, warp w the one at (w + i) mod step, so that
 no warp (and no scheduler) always gets a row's short last segment (k = 7168: 3.5
-segments). Each CTA first turns the contiguous offsets into the experts' scale segments
-in shared memory (a scan) and finds a row's expert by binary search there.
+segments). For the MoE forms each CTA first turns the device counts into the experts'
+scale segments and unit rows in shared memory (scans) and finds a unit row's expert by
+binary search there. The kernel is compiled once per form and dtype (constexpr), so no
+form's bookkeeping is in another's code.
 
 The math is issue-bound: per block of 16 elements about 186 SASS instructions (sm_90a),
 128 of them the 8 FMA-pipe steps an element (convert, multiply, three pieces, three
@@ -52,8 +59,8 @@ both scale chains, then both blocks' element math on the words read again); no
 instruction clears a sign bit of an element (amax by max.xorsign.abs, |x| an operand
 modifier of the multiply), and the codes are gathered into bytes with byte permutes. A
 row's short last segment (k = 7168: 3.5 segments a row) runs a straight-line copy of
-the math for the lane's first 2 or 1 blocks only. 8 warps a CTA, 2 CTAs an SM (128
-registers, 79 KB of shared memory a CTA): docs/h200/session12/quantizer.md and
+the math for the lane's first 2 or 1 blocks only. 8 warps a CTA, 2 CTAs an SM (127
+registers, 83 KB of shared memory a CTA): docs/h200/session12/quantizer.md and
 docs/h200/session15/quantizer.md have the configurations measured.
 """
 
@@ -66,6 +73,7 @@ from cutlass.memory import SmemAllocator
 from ..quantize_layout import (
     FORM_CONTIGUOUS,
     FORM_MASKED,
+    FORM_PLAIN,
     MAX_EXPERTS,
     Q_BLOCKS,
     Q_BLOCKS_PADDED,
@@ -105,8 +113,10 @@ STAGES = 2  # a warp's ring: one unit quantized while the next one is copied in
 AHEAD = STAGES - 1
 CTAS_PER_SM = family_named(FAMILY).blocks_per_sm  # the registry's: shared memory bounds it
 # a unit's description: its kind, input row, output row, scale row and segment
+# (a padding unit's input row field holds its number of scale rows)
 DESCRIPTOR = 5
 F_KIND, F_IN_ROW, F_OUT_ROW, F_SCALE_ROW, F_SEGMENT = range(DESCRIPTOR)
+PAD_ROWS = 32  # padding scale rows of one MoE unit (a lane each)
 SF_ROWS = 128  # rows of a blocked-scale atom (512 bytes: 32 x 16)
 SEARCH_STEPS = (MAX_EXPERTS).bit_length()  # binary search over <= MAX_EXPERTS segments
 
@@ -352,6 +362,29 @@ def store_u8(address: cutlass.Int64, value: cutlass.Int32, *, loc=None, ip=None)
     asm("st.global.u8 [$0], $1;", "l,r", operands, loc, ip)
 
 
+# four zero bytes at $0: one 32-bit store where the address allows it (the plan takes
+# scales at any byte address)
+_STORE_ZERO_WORD_PTX = """{
+.reg .pred p;
+.reg .b64 a;
+.reg .b32 z;
+mov.b32 z, 0;
+and.b64 a, $0, 3;
+setp.eq.u64 p, a, 0;
+@p st.global.b32 [$0], z;
+@!p st.global.u8 [$0], z;
+@!p st.global.u8 [$0+1], z;
+@!p st.global.u8 [$0+2], z;
+@!p st.global.u8 [$0+3], z;
+}"""
+
+
+@dsl_user_op
+def store_zero_word(address: cutlass.Int64, *, loc=None, ip=None):
+    """Zero the four bytes at ``address`` (a row's scales of one 4-block group)."""
+    asm(_STORE_ZERO_WORD_PTX, "l", [ir_i64(address, loc, ip)], loc, ip)
+
+
 @dsl_user_op
 def block_scale(words, g_bits: cutlass.Int32, fp16: bool, *, loc=None, ip=None):
     """The E4M3 scale byte of one block (8 words) for global scale ``g_bits``."""
@@ -384,72 +417,100 @@ def clamp(value, low, high):
 
 
 @cute.jit
-def expert_segments(plan, run, s_seg, s_first, s_rows, s_warp, tidx):
-    """Contiguous form: every expert's first output row, rows and first scale row (into
-    shared memory), from the device offsets clamped as the routing kernel clamps them;
-    s_seg[experts] is the end of the last segment."""
+def expert_segments(
+    plan, run, form: cutlass.Constexpr[int], s_seg, s_first, s_rows, s_unit, s_warp, tidx
+):
+    """MoE forms: every expert's first scale row, first output row, rows and first unit
+    row (into shared memory), from the device counts clamped as the routing kernel clamps
+    them. An expert's unit rows are its token rows, then its padding rows (up to the next
+    multiple of 128) PAD_ROWS at a time; s_seg[experts] is the end of the last scale
+    segment, s_unit[experts] the number of unit rows this routing has."""
     experts = cutlass.Int32(plan[Q_EXPERTS])
     capacity = cutlass.Int32(plan[Q_CAPACITY])
-    offsets = cute.make_tensor(
+    per_expert = cutlass.Int32(plan[Q_EXPERT_SCALE_ROWS])
+    counts = cute.make_tensor(
         cute.make_ptr(cutlass.Int32, run[R_ROUTING], cute.AddressSpace.gmem, assumed_align=4),
         cute.make_layout(MAX_EXPERTS + 1),
     )
     carried = cutlass.Int32(0)
+    carried_units = cutlass.Int32(0)
     for base in cutlass.range(0, experts, THREADS, unroll=1):
         expert = base + tidx
         first = cutlass.Int32(0)
         rows = cutlass.Int32(0)
         if expert < experts:
-            first = clamp(offsets[expert], 0, capacity)
-            rows = clamp(offsets[expert + 1], first, capacity) - first
+            if form == FORM_CONTIGUOUS:  # counts: offsets[E + 1]
+                first = clamp(counts[expert], 0, capacity)
+                rows = clamp(counts[expert + 1], first, capacity) - first
+            else:  # masked: counts: masked_m[E]
+                first = expert * capacity
+                rows = clamp(counts[expert], 0, capacity)
         padded = (rows + SF_ROWS - 1) // SF_ROWS * SF_ROWS
         before, total = block_scan(padded, s_warp, tidx)
+        unit_rows = rows + (padded - rows + PAD_ROWS - 1) // PAD_ROWS
+        units_before, units_total = block_scan(unit_rows, s_warp, tidx)
         if expert < experts:
             s_seg[expert] = carried + before
+            if form == FORM_MASKED:
+                s_seg[expert] = expert * per_expert
             s_first[expert] = first
             s_rows[expert] = rows
+            s_unit[expert] = carried_units + units_before
         carried = carried + total
+        carried_units = carried_units + units_total
     if tidx == 0:
         s_seg[experts] = carried
+        s_unit[experts] = carried_units
     cute.arch.barrier()
 
 
 @cute.jit
-def locate(plan, run, s, form, s_seg, s_first, s_rows):
-    """(kind, input row, output row) of scale row ``s`` for this run's routing; the
-    input row of an indexed contiguous row is the index entry as read (the copy clamps
-    it, one unit later, so that the load's latency hides behind a unit's math)."""
+def locate(plan, run, u, form: cutlass.Constexpr[int], s_seg, s_first, s_rows, s_unit):
+    """(kind, input row, output row, scale row) of unit row ``u`` for this run's routing:
+    a token row, or up to PAD_ROWS padding scale rows of one expert (their number in the
+    input row's place); ROW_NONE past them, and for scale rows past the plan's (a
+    routing whose clamped counts overlap). The input row of an indexed contiguous row is
+    the index entry as read (the copy clamps it, one unit later, so that the load's
+    latency hides behind a unit's math)."""
     kind = cutlass.Int32(ROW_NONE)
     in_row = cutlass.Int32(0)
     out_row = cutlass.Int32(0)
+    s = cutlass.Int32(0)
     capacity = cutlass.Int32(plan[Q_CAPACITY])
-    if form == FORM_CONTIGUOUS:
+    if form == FORM_PLAIN:
+        s = u
+        kind = cutlass.Int32(ROW_PADDING)
+        in_row = cutlass.Int32(1)
+        if u < capacity:
+            kind = cutlass.Int32(ROW_TOKENS)
+            out_row = u
+            in_row = u
+    else:
         experts = cutlass.Int32(plan[Q_EXPERTS])
-        # the last expert whose segment starts at or before s (empty ones start where
-        # the next one does, so the found one holds s unless s is past every segment,
-        # the plan's spare rows, which skip the search)
+        # the last expert whose unit rows start at or before u (empty ones start where
+        # the next one does, so the found one holds u; unit rows past them all are not
+        # asked for)
         low = cutlass.Int32(0)
         length = experts
-        if s >= s_seg[experts]:
-            length = cutlass.Int32(0)
         for _step in cutlass.range_constexpr(SEARCH_STEPS):
             half = length // 2
             if length > 0:
-                if s_seg[low + half] <= s:
+                if s_unit[low + half] <= u:
                     low = low + half + 1
                     length = length - half - 1
                 else:
                     length = half
-        expert = cutlass.max(low - 1, 0)  # 0 for a skipped search: s is past them all
-        r = s - s_seg[expert]
-        if s < s_seg[experts] and r >= 0:
-            rows = s_rows[expert]
-            kind = cutlass.Int32(ROW_PADDING)
-            if r < rows:
+        expert = cutlass.max(low - 1, 0)
+        r = u - s_unit[expert]
+        rows = s_rows[expert]
+        scale_rows = cutlass.Int32(plan[Q_UNITS]) // cutlass.Int32(plan[Q_SEGMENTS])
+        if u < s_unit[experts]:
+            if r < rows and s_seg[expert] + r < scale_rows:
                 kind = cutlass.Int32(ROW_TOKENS)
+                s = s_seg[expert] + r
                 out_row = s_first[expert] + r
                 in_row = out_row
-                if run[R_INDEX] != 0:
+                if form == FORM_CONTIGUOUS and run[R_INDEX] != 0:
                     index = cute.make_tensor(
                         cute.make_ptr(
                             cutlass.Int32, run[R_INDEX], cute.AddressSpace.gmem, assumed_align=4
@@ -457,36 +518,25 @@ def locate(plan, run, s, form, s_seg, s_first, s_rows):
                         cute.make_layout(capacity),
                     )
                     in_row = index[out_row]
-    elif form == FORM_MASKED:
-        per_expert = cutlass.Int32(plan[Q_EXPERT_SCALE_ROWS])
-        expert = s // per_expert
-        r = s - expert * per_expert
-        masked_m = cute.make_tensor(
-            cute.make_ptr(cutlass.Int32, run[R_ROUTING], cute.AddressSpace.gmem, assumed_align=4),
-            cute.make_layout(MAX_EXPERTS),
-        )
-        rows = clamp(masked_m[expert], 0, capacity)
-        if r < rows:
-            kind = cutlass.Int32(ROW_TOKENS)
-            out_row = expert * capacity + r
-            in_row = out_row
-        elif r < (rows + SF_ROWS - 1) // SF_ROWS * SF_ROWS:
-            kind = cutlass.Int32(ROW_PADDING)
-    else:
-        kind = cutlass.Int32(ROW_PADDING)
-        if s < capacity:
-            kind = cutlass.Int32(ROW_TOKENS)
-            out_row = s
-            in_row = s
-    return kind, in_row, out_row
+            elif r >= rows:
+                first_pad = rows + (r - rows) * PAD_ROWS
+                padded = (rows + SF_ROWS - 1) // SF_ROWS * SF_ROWS
+                count = cutlass.min(padded - first_pad, PAD_ROWS)
+                count = cutlass.min(count, scale_rows - s_seg[expert] - first_pad)
+                if count > 0:
+                    kind = cutlass.Int32(ROW_PADDING)
+                    s = s_seg[expert] + first_pad
+                    in_row = count
+    return kind, in_row, out_row, s
 
 
 @cute.jit
-def describe_batch(first_round, warp_index, step, plan, run, units, segments, form, s_seg,
-                   s_first, s_rows, lane):  # fmt: skip
+def describe_batch(first_round, warp_index, step, plan, run, units, segments,
+                   form: cutlass.Constexpr[int], s_seg,
+                   s_first, s_rows, s_unit, lane):  # fmt: skip
     """Lane l's description of this warp's unit in round first_round + l: (kind, input
-    row, output row, scale row, segment), ROW_NONE past the plan's last unit. A warp
-    describes 32 rounds at once, so that the routing's dependent loads (the segment
+    row, output row, scale row, segment), ROW_NONE past the run's last unit. A
+    warp describes 32 rounds at once, so that the routing's dependent loads (the segment
     search, an index entry) wait once per 32 units, not once per unit."""
     kind = cutlass.Int32(ROW_NONE)
     in_row = cutlass.Int32(0)
@@ -496,9 +546,9 @@ def describe_batch(first_round, warp_index, step, plan, run, units, segments, fo
     round_ = first_round + lane
     unit = round_ * step + (warp_index + round_) % step  # round i: warp w's is (w + i) mod step
     if unit < units:
-        s = unit // segments
-        segment = unit - s * segments
-        kind, in_row, out_row = locate(plan, run, s, form, s_seg, s_first, s_rows)
+        u = unit // segments
+        segment = unit - u * segments
+        kind, in_row, out_row, s = locate(plan, run, u, form, s_seg, s_first, s_rows, s_unit)
     return kind, in_row, out_row, s, segment
 
 
@@ -591,13 +641,26 @@ def quantize_unit(units_ahead: cute.Tensor, stage, fp16: cutlass.Constexpr[bool]
             quantize_blocks(1, stage, lane, fp16, g_bits, s_mult, codes_first, sf_first,
                             first_block, blocks, blocks_padded)  # fmt: skip
     elif kind == ROW_PADDING:
-        for j in cutlass.range_constexpr(BLOCKS_PER_LANE):
-            if first_block + 32 * j < blocks_padded:
-                store_u8(sf_first + 4096 * j, cutlass.Int32(0))
+        rows = units_ahead[F_IN_ROW]
+        if rows == 1:  # the lane's blocks of row s
+            for j in cutlass.range_constexpr(BLOCKS_PER_LANE):
+                if first_block + 32 * j < blocks_padded:
+                    store_u8(sf_first + 4096 * j, cutlass.Int32(0))
+        elif lane < rows:  # row s + lane: the segment's 4-block groups, a word each
+            r = s + lane
+            word = (
+                scales
+                + cutlass.Int64(r >> 7) * col_tiles * 512
+                + cutlass.Int64((r & 31) * 16 + ((r >> 5) & 3) * 4)
+            )
+            first_group = segment * (SEGMENT_BLOCKS // 4)
+            groups = cutlass.min(blocks_padded // 4 - first_group, SEGMENT_BLOCKS // 4)
+            for g in cutlass.range(groups, unroll=1):
+                store_zero_word(word + cutlass.Int64(first_group + g) * 512)
 
 
 @cute.jit
-def quantize_units(plan, run, form, s_seg, s_first, s_rows, s_mult, stages, fulls,
+def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_mult, stages, fulls,
                    fp16: cutlass.Constexpr[bool]):  # fmt: skip
     """The warp's units through its ring of STAGES shared-memory stages: lane 0 keeps
     the bulk copies of the next STAGES - 1 units in flight while the warp quantizes one;
@@ -617,6 +680,9 @@ def quantize_units(plan, run, form, s_seg, s_first, s_rows, s_mult, stages, full
     blocks_padded = cutlass.Int32(plan[Q_BLOCKS_PADDED])
     segments = cutlass.Int32(plan[Q_SEGMENTS])
     units = cutlass.Int32(plan[Q_UNITS])
+    if form != FORM_PLAIN:  # this routing's units (the plan's: its most)
+        s_unit = tables[3]
+        units = cutlass.min(s_unit[cutlass.Int32(plan[Q_EXPERTS])] * segments, units)
     input_rows = cutlass.Int32(plan[Q_INPUT_ROWS])
     col_tiles = cutlass.Int64(plan[Q_COL_TILES])
     row_stride = plan[Q_ROW_STRIDE_BYTES]
@@ -635,8 +701,8 @@ def quantize_units(plan, run, form, s_seg, s_first, s_rows, s_mult, stages, full
     units_ahead = cute.make_rmem_tensor(DESCRIPTOR * (AHEAD + 1), cutlass.Int32)
     step = ctas * WARPS
     warp_index = cta * WARPS + warp
-    k0, i0, o0, s0, e0 = describe_batch(0, warp_index, step, plan, run, units, segments, form,
-                                        s_seg, s_first, s_rows, lane)  # fmt: skip
+    k0, i0, o0, s0, e0 = describe_batch(0, warp_index, step, plan, run, units, segments,
+                                            form, *tables, lane)  # fmt: skip
     for d in cutlass.range_constexpr(AHEAD):
         take(units_ahead, d, (k0, i0, o0, s0, e0), d)
         start_copy(units_ahead, d, stage0 + d * STAGE_BYTES, full0 + 8 * d, x, row_stride,
@@ -658,8 +724,7 @@ def quantize_units(plan, run, form, s_seg, s_first, s_rows, s_mult, stages, full
         ahead = r + AHEAD  # the round whose copy starts now
         if ahead - batch_first == 32:
             k0, i0, o0, s0, e0 = describe_batch(ahead, warp_index, step, plan, run, units,
-                                                segments, form, s_seg, s_first, s_rows,
-                                                lane)  # fmt: skip
+                                                    segments, form, *tables, lane)  # fmt: skip
             batch_first = ahead
         take(units_ahead, AHEAD, (k0, i0, o0, s0, e0), ahead - batch_first)
         start_copy(units_ahead, AHEAD, stage0 + produce * STAGE_BYTES, full0 + 8 * produce, x,
@@ -693,6 +758,7 @@ def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer):
         segment_rows: cute.struct.MemRange[cutlass.Int32, MAX_EXPERTS + 1]
         first_rows: cute.struct.MemRange[cutlass.Int32, MAX_EXPERTS]
         expert_rows: cute.struct.MemRange[cutlass.Int32, MAX_EXPERTS]
+        unit_rows: cute.struct.MemRange[cutlass.Int32, MAX_EXPERTS + 1]
         warp_totals: cute.struct.MemRange[cutlass.Int32, WARPS]
         multipliers: cute.struct.MemRange[cutlass.Int32, 256]
 
@@ -700,18 +766,33 @@ def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer):
     s_seg = storage.segment_rows.get_tensor(cute.make_layout(MAX_EXPERTS + 1))
     s_first = storage.first_rows.get_tensor(cute.make_layout(MAX_EXPERTS))
     s_rows = storage.expert_rows.get_tensor(cute.make_layout(MAX_EXPERTS))
+    s_unit = storage.unit_rows.get_tensor(cute.make_layout(MAX_EXPERTS + 1))
     s_warp = storage.warp_totals.get_tensor(cute.make_layout(WARPS))
     s_mult = storage.multipliers.get_tensor(cute.make_layout(256))
     stages = storage.stages.data_ptr().toint()
     fulls = storage.fulls.data_ptr().toint()
 
+    # one specialisation a form and dtype: no form's bookkeeping in another's code
     form = cutlass.Int32(plan[Q_FORM])
-    if form == FORM_CONTIGUOUS:
-        expert_segments(plan, run, s_seg, s_first, s_rows, s_warp, tidx)
-    if plan[Q_FP16] != 0:
-        quantize_units(plan, run, form, s_seg, s_first, s_rows, s_mult, stages, fulls, True)
+    fp16 = plan[Q_FP16] != 0
+    tables = (s_seg, s_first, s_rows, s_unit)
+    if form == FORM_PLAIN:
+        if fp16:
+            quantize_units(plan, run, FORM_PLAIN, tables, s_mult, stages, fulls, True)
+        else:
+            quantize_units(plan, run, FORM_PLAIN, tables, s_mult, stages, fulls, False)
+    elif form == FORM_CONTIGUOUS:
+        expert_segments(plan, run, FORM_CONTIGUOUS, *tables, s_warp, tidx)
+        if fp16:
+            quantize_units(plan, run, FORM_CONTIGUOUS, tables, s_mult, stages, fulls, True)
+        else:
+            quantize_units(plan, run, FORM_CONTIGUOUS, tables, s_mult, stages, fulls, False)
     else:
-        quantize_units(plan, run, form, s_seg, s_first, s_rows, s_mult, stages, fulls, False)
+        expert_segments(plan, run, FORM_MASKED, *tables, s_warp, tidx)
+        if fp16:
+            quantize_units(plan, run, FORM_MASKED, tables, s_mult, stages, fulls, True)
+        else:
+            quantize_units(plan, run, FORM_MASKED, tables, s_mult, stages, fulls, False)
 
 
 @cute.jit

@@ -22,7 +22,17 @@ from nvfp4_aot.quantizer import QuantizePlan  # noqa: E402
 
 PLAIN = [(1024, 2048), (1024, 4096), (1024, 7168), (4096, 2048), (4096, 4096), (4096, 7168),
          (16384, 7168)]  # fmt: skip
-MOE = [("contiguous", 128, 1024, 2048), ("contiguous", 256, 4096, 7168), ("masked", 32, 512, 7168)]
+PLAIN_ONLY = bool(__import__("os").environ.get("QCOMPARE_PLAIN_ONLY"))
+MOE = [
+    ("contiguous", 128, 1024, 2048),
+    ("contiguous", 256, 4096, 7168),
+    ("masked", 32, 512, 7168),
+    ("contiguous", 128, 1, 2048),
+    ("contiguous", 128, 16, 2048),
+    ("contiguous", 256, 64, 7168),
+    ("masked", 128, 8, 2048),
+    ("masked", 256, 64, 7168),
+]
 
 
 def cases(device):
@@ -36,7 +46,7 @@ def cases(device):
             rows * k * 2 + rows * k // 2,
             None,
         )
-    for form, experts, tokens, k in MOE:
+    for form, experts, tokens, k in [] if PLAIN_ONLY else MOE:
         g = torch.tensor([1.0], dtype=torch.float32, device=device)
         if form == "contiguous":
             capacity = tokens * 8
