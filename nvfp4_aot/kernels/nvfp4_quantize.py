@@ -416,6 +416,11 @@ def clamp(value, low, high):
     return cutlass.min(cutlass.max(value, low), high)
 
 
+def padded_rows(rows):
+    """An expert's scale rows: its token rows rounded up to a blocked-scale atom."""
+    return (rows + SF_ROWS - 1) // SF_ROWS * SF_ROWS
+
+
 @cute.jit
 def expert_segments(
     plan, run, form: cutlass.Constexpr[int], s_seg, s_first, s_rows, s_unit, s_warp, tidx
@@ -445,7 +450,7 @@ def expert_segments(
             else:  # masked: counts: masked_m[E]
                 first = expert * capacity
                 rows = clamp(counts[expert], 0, capacity)
-        padded = (rows + SF_ROWS - 1) // SF_ROWS * SF_ROWS
+        padded = padded_rows(rows)
         before, total = block_scan(padded, s_warp, tidx)
         unit_rows = rows + (padded - rows + PAD_ROWS - 1) // PAD_ROWS
         units_before, units_total = block_scan(unit_rows, s_warp, tidx)
@@ -520,7 +525,7 @@ def locate(plan, run, u, form: cutlass.Constexpr[int], s_seg, s_first, s_rows, s
                     in_row = index[out_row]
             elif r >= rows:
                 first_pad = rows + (r - rows) * PAD_ROWS
-                padded = (rows + SF_ROWS - 1) // SF_ROWS * SF_ROWS
+                padded = padded_rows(rows)
                 count = cutlass.min(padded - first_pad, PAD_ROWS)
                 count = cutlass.min(count, scale_rows - s_seg[expert] - first_pad)
                 if count > 0:
