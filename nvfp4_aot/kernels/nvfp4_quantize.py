@@ -584,6 +584,11 @@ def start_copy(units_ahead: cute.Tensor, slot: cutlass.Constexpr[int], stage, fu
             arrive(full)
 
 
+def block_words(block):
+    """A block's 32 bytes in shared memory as 8 Int32 (two 16-byte loads)."""
+    return [*lds_v4(block), *lds_v4(block + 16)]
+
+
 @cute.jit
 def quantize_blocks(count: cutlass.Constexpr[int], stage, lane, fp16: cutlass.Constexpr[bool],
                     g_bits, s_mult, codes_first, sf_first, first_block, blocks,
@@ -597,12 +602,12 @@ def quantize_blocks(count: cutlass.Constexpr[int], stage, lane, fp16: cutlass.Co
     for first in cutlass.range_constexpr(0, count, INTERLEAVE):
         scaled = []
         for j in cutlass.range_constexpr(first, min(first + INTERLEAVE, count)):
-            block = stage + 32 * (lane + 32 * j)  # its 32 bytes as 8 Int32
-            sf = block_scale([*lds_v4(block), *lds_v4(block + 16)], g_bits, fp16)
+            block = stage + 32 * (lane + 32 * j)
+            sf = block_scale(block_words(block), g_bits, fp16)
             scaled.append((j, block, sf, s_mult[sf]))
         done = []
         for j, block, sf, m in scaled:
-            done.append((j, sf, *block_codes([*lds_v4(block), *lds_v4(block + 16)], m, fp16)))
+            done.append((j, sf, *block_codes(block_words(block), m, fp16)))
         for j, sf, lo, hi in done:
             b = first_block + 32 * j
             store_codes(codes_first + 256 * j, lo, hi, b, blocks)
@@ -748,6 +753,18 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_mult, stag
             units_ahead[i] = units_ahead[DESCRIPTOR + i]
 
 
+@cute.jit
+def quantize_form(plan, run, form: cutlass.Constexpr[int], fp16, tables, s_warp, s_mult, stages,
+                  fulls, tidx):  # fmt: skip
+    """One form's run: the MoE forms' expert tables, then the units in the run's dtype."""
+    if form != FORM_PLAIN:
+        expert_segments(plan, run, form, *tables, s_warp, tidx)
+    if fp16:
+        quantize_units(plan, run, form, tables, s_mult, stages, fulls, True)
+    else:
+        quantize_units(plan, run, form, tables, s_mult, stages, fulls, False)
+
+
 @cute.kernel
 def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer):
     tidx, _, _ = cute.arch.thread_idx()
@@ -782,22 +799,12 @@ def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer):
     fp16 = plan[Q_FP16] != 0
     tables = (s_seg, s_first, s_rows, s_unit)
     if form == FORM_PLAIN:
-        if fp16:
-            quantize_units(plan, run, FORM_PLAIN, tables, s_mult, stages, fulls, True)
-        else:
-            quantize_units(plan, run, FORM_PLAIN, tables, s_mult, stages, fulls, False)
+        quantize_form(plan, run, FORM_PLAIN, fp16, tables, s_warp, s_mult, stages, fulls, tidx)
     elif form == FORM_CONTIGUOUS:
-        expert_segments(plan, run, FORM_CONTIGUOUS, *tables, s_warp, tidx)
-        if fp16:
-            quantize_units(plan, run, FORM_CONTIGUOUS, tables, s_mult, stages, fulls, True)
-        else:
-            quantize_units(plan, run, FORM_CONTIGUOUS, tables, s_mult, stages, fulls, False)
+        quantize_form(plan, run, FORM_CONTIGUOUS, fp16, tables, s_warp, s_mult, stages, fulls,
+                      tidx)  # fmt: skip
     else:
-        expert_segments(plan, run, FORM_MASKED, *tables, s_warp, tidx)
-        if fp16:
-            quantize_units(plan, run, FORM_MASKED, tables, s_mult, stages, fulls, True)
-        else:
-            quantize_units(plan, run, FORM_MASKED, tables, s_mult, stages, fulls, False)
+        quantize_form(plan, run, FORM_MASKED, fp16, tables, s_warp, s_mult, stages, fulls, tidx)
 
 
 @cute.jit
