@@ -45,11 +45,13 @@ ROUTINGS = int(os.environ.get("NVFP4_AOT_QUANT_ROUTINGS", 8))  # fewer under a s
 
 
 class Guarded:
-    """``size`` device bytes between two GUARD-byte regions, in one allocation."""
+    """``size`` device bytes between two GUARD-byte regions, in one allocation; the
+    buffer ``offset`` bytes past a 16-byte boundary."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, offset: int = 0):
         self.size = size
-        self.base = driver.mem_alloc(size + 2 * GUARD)
+        self.allocation = driver.mem_alloc(size + 2 * GUARD + offset)
+        self.base = self.allocation + offset
         self.pointer = self.base + GUARD
 
     def write(self, array: np.ndarray) -> None:
@@ -67,15 +69,17 @@ class Guarded:
         return out
 
     def free(self) -> None:
-        if self.base:
-            driver.mem_free(self.base)
-            self.base = 0
+        if self.allocation:
+            driver.mem_free(self.allocation)
+            self.allocation = 0
 
 
 class Operands:
     """x, out, scales, g, routing and index of one plan in device memory."""
 
-    def __init__(self, plan: QuantizePlan, x_host: np.ndarray, row_stride: int):
+    def __init__(
+        self, plan: QuantizePlan, x_host: np.ndarray, row_stride: int, scales_offset: int = 0
+    ):
         p = plan.problem
         self.plan, self.problem = plan, p
         self.x_rows = x_host  # (rows, k), dense: what the reference reads
@@ -86,7 +90,7 @@ class Operands:
             self.buffers["x"] = Guarded(strided.nbytes)
             self.buffers["x"].write(strided)
             self.buffers["out"] = Guarded(p.operand_bytes()["out"])
-            self.buffers["scales"] = Guarded(p.operand_bytes()["scales"])
+            self.buffers["scales"] = Guarded(p.operand_bytes()["scales"], scales_offset)
             self.buffers["global_scale"] = Guarded(4)
             self.buffers["routing"] = Guarded(4 * (p.experts + 1))
             self.buffers["index"] = Guarded(4 * p.capacity)
@@ -486,6 +490,31 @@ def test_padding_rows_follow_the_gemm_layout(device):
                 for r in range(int(m), (int(m) + BLOCK_ROWS - 1) // BLOCK_ROWS * BLOCK_ROWS):
                     offsets = blocked_offset(start + r, np.arange(4), kb)
                     assert (got[offsets] == 0).all(), f"expert {e} padding row {r} not zero"
+
+
+@pytest.mark.parametrize("offset", (1, 4, 8, 12))
+def test_scales_at_any_byte_address(device, offset):
+    """The padding rows' scales are zeroed with 16-byte stores where the scale buffer is
+    aligned for them, byte by byte where not: the same bytes at any address, each form
+    (rows past T, experts ending inside, at and past an atom, an empty one, 66 blocks: a
+    padding column)."""
+    k, rng = 1056, np.random.default_rng(offset)
+    counts = np.array([1, 0, 129, 128, 100])
+    routing = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    cases = [
+        (dict(rows=77), 77, None),
+        (dict(form="contiguous", capacity=400, experts=5), 400, routing),
+        (dict(form="masked", capacity=130, experts=5), 5 * 130, np.minimum(counts, 130)),
+    ]
+    for kw, rows, counts_in in cases:
+        x = random_input(rows, k, "bfloat16", rng, hostile=False)
+        with QuantizePlan(k, device=device, **kw) as plan:
+            with Operands(plan, x, k, scales_offset=offset) as data:
+                g = global_scale_for(x, rng)
+                data.load(g, counts_in)
+                plan.run(**data.pointers(False))
+                plan.synchronize()
+                data.check(g, counts_in, None, label=f"{plan.problem.form} scales at +{offset}")
 
 
 def test_torch_tensors_and_streams(device):

@@ -31,13 +31,14 @@ offsets[e + 1] <= capacity, 0 <= masked_m[e] <= max_m), index entries to the inp
 rows, and no scale row past the plan's buffer is written, so no routing can make the
 kernel read or write outside the buffers the plan checked.
 
-Work: a warp takes one unit (a row x a segment of 128 blocks, 4 KB of input) at a time;
-lane l owns blocks l, l + 32, l + 64, l + 96 of the segment. Plain: a unit a scale row.
-MoE forms (since session 15): only this routing's unit rows, each expert's token rows
-and then its padding scale rows PAD_ROWS at a time (a lane a row, a 32-bit zero a
-4-block group); every scale row of the plan's worst case was a unit before (a decode
-routing, E = 128 at 16 tokens, has 1.0 K scale rows with tokens or padding of the
-plan's 16.3 K: 2x faster, docs/h200/session15/quantizer.md). Each warp has its own
+Work: a warp takes one unit (a token row x a segment of 128 blocks, 4 KB of input) at a
+time; lane l owns blocks l, l + 32, l + 64, l + 96 of the segment. The units are the
+run's token rows only (MoE: this routing's, not the plan's worst case: a decode routing,
+E = 128 at 16 tokens, has 1.0 K scale rows with tokens or padding of the plan's 16.3 K).
+The padding scale rows (an expert's rows past its tokens to the end of its 128-row atom;
+plain: past T) are zeroed before the units, a warp a 512-byte atom with 16-byte stores
+(zero_padding): as units of their own, their loop beside the token math made every unit
+4-10 % slower (session 16, docs/h200/session16/quantizer.md). Each warp has its own
 ring of STAGES shared-memory stages: its lane 0 starts one bulk copy (cp.async.bulk, an
 mbarrier per stage) of each token row segment, STAGES - 1 units ahead of the one the warp
 quantizes, so the input waits in shared memory, not in registers. A warp describes its
@@ -113,18 +114,16 @@ STAGES = 2  # a warp's ring: one unit quantized while the next one is copied in
 AHEAD = STAGES - 1
 CTAS_PER_SM = family_named(FAMILY).blocks_per_sm  # the registry's: shared memory bounds it
 # a unit's description: its kind, input row, output row, scale row and segment
-# (a padding unit's input row field holds its number of scale rows)
 DESCRIPTOR = 5
 F_KIND, F_IN_ROW, F_OUT_ROW, F_SCALE_ROW, F_SEGMENT = range(DESCRIPTOR)
-PAD_ROWS = 32  # padding scale rows of one MoE unit (a lane each)
 SF_ROWS = 128  # rows of a blocked-scale atom (512 bytes: 32 x 16)
 SEARCH_STEPS = (MAX_EXPERTS).bit_length()  # binary search over <= MAX_EXPERTS segments
 
 # No tiles of its own; the bake records a tile shape for every family.
 TILE_M, TILE_N, TILE_K = 1, 1, 1
 
-# row kinds of a unit
-ROW_NONE, ROW_TOKENS, ROW_PADDING = 0, 1, 2
+# kinds of a unit: nothing to do (past the plan's scale rows), a token row segment
+ROW_NONE, ROW_TOKENS = 0, 1
 
 
 # ---------------------------------------------------------------------------------------
@@ -355,34 +354,40 @@ def store_scale(address: cutlass.Int64, sf: cutlass.Int32, block: cutlass.Int32,
     asm(_STORE_SCALE_PTX, "l,r,r,r,r", operands, loc, ip)
 
 
-@dsl_user_op
-def store_u8(address: cutlass.Int64, value: cutlass.Int32, *, loc=None, ip=None):
-    """The low byte of ``value`` to ``address``."""
-    operands = [ir_i64(address, loc, ip), ir_i32(value, loc, ip)]
-    asm("st.global.u8 [$0], $1;", "l,r", operands, loc, ip)
-
-
-# four zero bytes at $0: one 32-bit store where the address allows it (the plan takes
-# scales at any byte address)
-_STORE_ZERO_WORD_PTX = """{
-.reg .pred p;
+# zero bytes $1 .. 15 of the 16-byte chunk at $0 ($1 in 0, 4, 8, 12, 16): one or two wide
+# stores where the chunk is 16-byte aligned, else byte stores (the plan takes scales at
+# any byte address)
+_ZERO_CHUNK_TAIL_PTX = (
+    """{
+.reg .pred al, p, q;
 .reg .b64 a;
 .reg .b32 z;
 mov.b32 z, 0;
-and.b64 a, $0, 3;
-setp.eq.u64 p, a, 0;
-@p st.global.b32 [$0], z;
-@!p st.global.u8 [$0], z;
-@!p st.global.u8 [$0+1], z;
-@!p st.global.u8 [$0+2], z;
-@!p st.global.u8 [$0+3], z;
+and.b64 a, $0, 15;
+setp.eq.u64 al, a, 0;
+@!al bra.uni BYTES;
+setp.eq.s32 p, $1, 0;
+@p st.global.v4.b32 [$0], {z, z, z, z};
+setp.eq.s32 p, $1, 4;
+@p st.global.b32 [$0+4], z;
+setp.eq.or.s32 q, $1, 8, p;
+@q st.global.v2.b32 [$0+8], {z, z};
+setp.eq.s32 p, $1, 12;
+@p st.global.b32 [$0+12], z;
+bra.uni DONE;
+BYTES:
+"""
+    + "".join(f"setp.le.s32 p, $1, {i};\n@p st.global.u8 [$0+{i}], z;\n" for i in range(16))
+    + """DONE:
 }"""
+)
 
 
 @dsl_user_op
-def store_zero_word(address: cutlass.Int64, *, loc=None, ip=None):
-    """Zero the four bytes at ``address`` (a row's scales of one 4-block group)."""
-    asm(_STORE_ZERO_WORD_PTX, "l", [ir_i64(address, loc, ip)], loc, ip)
+def zero_chunk_tail(address: cutlass.Int64, first: cutlass.Int32, *, loc=None, ip=None):
+    """Zero bytes ``first`` .. 15 (``first`` a multiple of 4) of the 16-byte chunk at
+    ``address``."""
+    asm(_ZERO_CHUNK_TAIL_PTX, "l,r", [ir_i64(address, loc, ip), ir_i32(first, loc, ip)], loc, ip)
 
 
 @dsl_user_op
@@ -422,14 +427,10 @@ def padded_rows(rows):
 
 
 @cute.jit
-def expert_segments(
-    plan, run, form: cutlass.Constexpr[int], s_seg, s_first, s_rows, s_unit, s_warp, tidx
-):
-    """MoE forms: every expert's first scale row, first output row, rows and first unit
-    row (into shared memory), from the device counts clamped as the routing kernel clamps
-    them. An expert's unit rows are its token rows, then its padding rows (up to the next
-    multiple of 128) PAD_ROWS at a time; s_seg[experts] is the end of the last scale
-    segment, s_unit[experts] the number of unit rows this routing has."""
+def expert_segments(plan, run, form: cutlass.Constexpr[int], s_seg, s_rows, s_unit, s_warp, tidx):
+    """MoE forms: every expert's first scale row, rows and first unit (token row of the
+    run's) into shared memory, from the device counts clamped as the routing kernel
+    clamps them; s_unit[experts] is the number of token rows this routing has."""
     experts = cutlass.Int32(plan[Q_EXPERTS])
     capacity = cutlass.Int32(plan[Q_CAPACITY])
     per_expert = cutlass.Int32(plan[Q_EXPERT_SCALE_ROWS])
@@ -441,60 +442,48 @@ def expert_segments(
     carried_units = cutlass.Int32(0)
     for base in cutlass.range(0, experts, THREADS, unroll=1):
         expert = base + tidx
-        first = cutlass.Int32(0)
         rows = cutlass.Int32(0)
         if expert < experts:
             if form == FORM_CONTIGUOUS:  # counts: offsets[E + 1]
                 first = clamp(counts[expert], 0, capacity)
                 rows = clamp(counts[expert + 1], first, capacity) - first
             else:  # masked: counts: masked_m[E]
-                first = expert * capacity
                 rows = clamp(counts[expert], 0, capacity)
-        padded = padded_rows(rows)
-        before, total = block_scan(padded, s_warp, tidx)
-        unit_rows = rows + (padded - rows + PAD_ROWS - 1) // PAD_ROWS
-        units_before, units_total = block_scan(unit_rows, s_warp, tidx)
+        if form == FORM_CONTIGUOUS:  # masked segments are e * per_expert: no scan
+            before, total = block_scan(padded_rows(rows), s_warp, tidx)
+            if expert < experts:
+                s_seg[expert] = carried + before
+            carried = carried + total
+        elif expert < experts:
+            s_seg[expert] = expert * per_expert
+        units_before, units_total = block_scan(rows, s_warp, tidx)
         if expert < experts:
-            s_seg[expert] = carried + before
-            if form == FORM_MASKED:
-                s_seg[expert] = expert * per_expert
-            s_first[expert] = first
             s_rows[expert] = rows
             s_unit[expert] = carried_units + units_before
-        carried = carried + total
         carried_units = carried_units + units_total
     if tidx == 0:
-        s_seg[experts] = carried
         s_unit[experts] = carried_units
     cute.arch.barrier()
 
 
 @cute.jit
-def locate(plan, run, u, form: cutlass.Constexpr[int], s_seg, s_first, s_rows, s_unit):
-    """(kind, input row, output row, scale row) of unit row ``u`` for this run's routing:
-    a token row, or up to PAD_ROWS padding scale rows of one expert (their number in the
-    input row's place); ROW_NONE past them, and for scale rows past the plan's (a
-    routing whose clamped counts overlap). The input row of an indexed contiguous row is
-    the index entry as read (the copy clamps it, one unit later, so that the load's
-    latency hides behind a unit's math)."""
+def locate(plan, run, u, form: cutlass.Constexpr[int], s_seg, s_rows, s_unit):
+    """(kind, input row, output row, scale row) of unit row ``u`` (a token row) for this
+    run's routing; ROW_NONE for one whose scale row is past the plan's (a routing whose
+    clamped counts overlap). The input row of an indexed contiguous row is the index
+    entry as read (the copy clamps it, one unit later, so that the load's latency hides
+    behind a unit's math)."""
     kind = cutlass.Int32(ROW_NONE)
-    in_row = cutlass.Int32(0)
-    out_row = cutlass.Int32(0)
-    s = cutlass.Int32(0)
+    in_row = u
+    out_row = u
+    s = u
     capacity = cutlass.Int32(plan[Q_CAPACITY])
     if form == FORM_PLAIN:
-        s = u
-        kind = cutlass.Int32(ROW_PADDING)
-        in_row = cutlass.Int32(1)
-        if u < capacity:
-            kind = cutlass.Int32(ROW_TOKENS)
-            out_row = u
-            in_row = u
+        kind = cutlass.Int32(ROW_TOKENS)
     else:
         experts = cutlass.Int32(plan[Q_EXPERTS])
-        # the last expert whose unit rows start at or before u (empty ones start where
-        # the next one does, so the found one holds u; unit rows past them all are not
-        # asked for)
+        # the last expert whose rows start at or before u (empty ones start where the
+        # next one does, so the found one holds u; rows past them all are not asked for)
         low = cutlass.Int32(0)
         length = experts
         for _step in cutlass.range_constexpr(SEARCH_STEPS):
@@ -507,38 +496,37 @@ def locate(plan, run, u, form: cutlass.Constexpr[int], s_seg, s_first, s_rows, s
                     length = half
         expert = cutlass.max(low - 1, 0)
         r = u - s_unit[expert]
-        rows = s_rows[expert]
-        scale_rows = cutlass.Int32(plan[Q_UNITS]) // cutlass.Int32(plan[Q_SEGMENTS])
-        if u < s_unit[experts]:
-            if r < rows and s_seg[expert] + r < scale_rows:
-                kind = cutlass.Int32(ROW_TOKENS)
-                s = s_seg[expert] + r
-                out_row = s_first[expert] + r
-                in_row = out_row
-                if form == FORM_CONTIGUOUS and run[R_INDEX] != 0:
-                    index = cute.make_tensor(
-                        cute.make_ptr(
-                            cutlass.Int32, run[R_INDEX], cute.AddressSpace.gmem, assumed_align=4
-                        ),
-                        cute.make_layout(capacity),
-                    )
-                    in_row = index[out_row]
-            elif r >= rows:
-                first_pad = rows + (r - rows) * PAD_ROWS
-                padded = padded_rows(rows)
-                count = cutlass.min(padded - first_pad, PAD_ROWS)
-                count = cutlass.min(count, scale_rows - s_seg[expert] - first_pad)
-                if count > 0:
-                    kind = cutlass.Int32(ROW_PADDING)
-                    s = s_seg[expert] + first_pad
-                    in_row = count
+        s = s_seg[expert] + r
+        if s < cutlass.Int32(plan[Q_UNITS]) // cutlass.Int32(plan[Q_SEGMENTS]):
+            kind = cutlass.Int32(ROW_TOKENS)
+            # the expert's first output row, from the counts as the scan read them (no
+            # shared table: 4 KB less a CTA)
+            first = expert * capacity
+            if form == FORM_CONTIGUOUS:
+                offsets = cute.make_tensor(
+                    cute.make_ptr(
+                        cutlass.Int32, run[R_ROUTING], cute.AddressSpace.gmem, assumed_align=4
+                    ),
+                    cute.make_layout(MAX_EXPERTS + 1),
+                )
+                first = clamp(offsets[expert], 0, capacity)
+            out_row = first + r
+            in_row = out_row
+            if form == FORM_CONTIGUOUS and run[R_INDEX] != 0:
+                index = cute.make_tensor(
+                    cute.make_ptr(
+                        cutlass.Int32, run[R_INDEX], cute.AddressSpace.gmem, assumed_align=4
+                    ),
+                    cute.make_layout(capacity),
+                )
+                in_row = index[out_row]
     return kind, in_row, out_row, s
 
 
 @cute.jit
 def describe_batch(first_round, warp_index, step, plan, run, units, segments,
                    form: cutlass.Constexpr[int], s_seg,
-                   s_first, s_rows, s_unit, lane):  # fmt: skip
+                   s_rows, s_unit, lane):  # fmt: skip
     """Lane l's description of this warp's unit in round first_round + l: (kind, input
     row, output row, scale row, segment), ROW_NONE past the run's last unit. A
     warp describes 32 rounds at once, so that the routing's dependent loads (the segment
@@ -553,7 +541,7 @@ def describe_batch(first_round, warp_index, step, plan, run, units, segments,
     if unit < units:
         u = unit // segments
         segment = unit - u * segments
-        kind, in_row, out_row, s = locate(plan, run, u, form, s_seg, s_first, s_rows, s_unit)
+        kind, in_row, out_row, s = locate(plan, run, u, form, s_seg, s_rows, s_unit)
     return kind, in_row, out_row, s, segment
 
 
@@ -618,9 +606,9 @@ def quantize_blocks(count: cutlass.Constexpr[int], stage, lane, fp16: cutlass.Co
 def quantize_unit(units_ahead: cute.Tensor, stage, fp16: cutlass.Constexpr[bool], g_bits,
                   s_mult, out, out_row_bytes, scales, col_tiles, lane, blocks,
                   blocks_padded):  # fmt: skip
-    """Quantize the unit described in slot 0 from its stage and store its codes and scale
-    bytes (zero scales for a padding row); a block's multiplier g / sf comes from the
-    CTA's table."""
+    """Quantize the token row unit described in slot 0 (nothing for ROW_NONE) from its
+    stage and store its codes and scale bytes; a block's multiplier g / sf comes from
+    the CTA's table."""
     kind = units_ahead[F_KIND]
     out_row = units_ahead[F_OUT_ROW]
     s = units_ahead[F_SCALE_ROW]
@@ -650,23 +638,34 @@ def quantize_unit(units_ahead: cute.Tensor, stage, fp16: cutlass.Constexpr[bool]
         else:
             quantize_blocks(1, stage, lane, fp16, g_bits, s_mult, codes_first, sf_first,
                             first_block, blocks, blocks_padded)  # fmt: skip
-    elif kind == ROW_PADDING:
-        rows = units_ahead[F_IN_ROW]
-        if rows == 1:  # the lane's blocks of row s
-            for j in cutlass.range_constexpr(BLOCKS_PER_LANE):
-                if first_block + 32 * j < blocks_padded:
-                    store_u8(sf_first + 4096 * j, cutlass.Int32(0))
-        elif lane < rows:  # row s + lane: the segment's 4-block groups, a word each
-            r = s + lane
-            word = (
-                scales
-                + cutlass.Int64(r >> 7) * col_tiles * 512
-                + cutlass.Int64((r & 31) * 16 + ((r >> 5) & 3) * 4)
-            )
-            first_group = segment * (SEGMENT_BLOCKS // 4)
-            groups = cutlass.min(blocks_padded // 4 - first_group, SEGMENT_BLOCKS // 4)
-            for g in cutlass.range(groups, unroll=1):
-                store_zero_word(word + cutlass.Int64(first_group + g) * 512)
+
+
+@cute.jit
+def zero_padding(form: cutlass.Constexpr[int], experts, capacity, col_tiles, scale_tiles,
+                 scales, s_seg, s_rows, warp_index, step, lane):  # fmt: skip
+    """Zero the padding scale rows: an expert's rows past its tokens to the end of its
+    last 128-row atom (plain: the rows past T). A warp an atom (128 rows x 4 blocks, 512
+    bytes), a lane a 16-byte chunk of it (rows c, c + 32, c + 64, c + 96, 4 bytes each),
+    of which the padding rows are the tail; atoms past the plan's scale rows are not
+    written (a routing whose clamped counts overlap). Run before the units, not as units
+    of their own: a padding loop beside the token math made every unit slower, 4-10 %
+    (H200, session 16)."""
+    columns = cutlass.Int32(col_tiles)
+    for item in cutlass.range(warp_index, experts * columns, step, unroll=1):
+        expert = item // columns
+        column = item - expert * columns
+        first = cutlass.Int32(0)
+        rows = capacity
+        if form != FORM_PLAIN:
+            first = s_seg[expert]
+            rows = s_rows[expert]
+        tail = rows & (SF_ROWS - 1)  # token rows in the last atom
+        tile = (cutlass.Int64(first) + cutlass.Int64(rows)) >> 7
+        if tail != 0 and tile < cutlass.Int64(scale_tiles):
+            # lane c's rows c + 32 q are padding from the first q with c + 32 q >= tail
+            q = cutlass.max(tail - lane + 31, 0) // 32
+            chunk = (tile * col_tiles + cutlass.Int64(column)) * 512 + cutlass.Int64(lane * 16)
+            zero_chunk_tail(scales + chunk, q * 4)
 
 
 @cute.jit
@@ -689,10 +688,14 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_mult, stag
     blocks = cutlass.Int32(plan[Q_BLOCKS])
     blocks_padded = cutlass.Int32(plan[Q_BLOCKS_PADDED])
     segments = cutlass.Int32(plan[Q_SEGMENTS])
-    units = cutlass.Int32(plan[Q_UNITS])
-    if form != FORM_PLAIN:  # this routing's units (the plan's: its most)
-        s_unit = tables[3]
-        units = cutlass.min(s_unit[cutlass.Int32(plan[Q_EXPERTS])] * segments, units)
+    capacity = cutlass.Int32(plan[Q_CAPACITY])
+    scale_units = cutlass.Int32(plan[Q_UNITS])  # the plan's scale rows x segments
+    # the token rows' units: plain T's; MoE this routing's (at most the plan's scale rows')
+    experts = cutlass.Int32(1)
+    units = capacity * segments
+    if form != FORM_PLAIN:
+        experts = cutlass.Int32(plan[Q_EXPERTS])
+        units = cutlass.min(tables[2][experts] * segments, scale_units)
     input_rows = cutlass.Int32(plan[Q_INPUT_ROWS])
     col_tiles = cutlass.Int64(plan[Q_COL_TILES])
     row_stride = plan[Q_ROW_STRIDE_BYTES]
@@ -726,6 +729,8 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_mult, stag
     for i in cutlass.range_constexpr(256 // THREADS):
         s_mult[tidx + THREADS * i] = multiplier(tidx + THREADS * i, g_bits)
     cute.arch.barrier()
+    zero_padding(form, experts, capacity, col_tiles, scale_units // segments // SF_ROWS, scales,
+                 tables[0], tables[1], warp_index, step, lane)  # fmt: skip
     batch_first = cutlass.Int32(0)  # the round lane 0's description is of
     consume = cutlass.Int32(0)  # the stage of the unit quantized this round, its parity
     parity = cutlass.Int32(0)
@@ -778,7 +783,6 @@ def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer):
         ]
         fulls: cute.struct.MemRange[cutlass.Int64, WARPS * STAGES]
         segment_rows: cute.struct.MemRange[cutlass.Int32, MAX_EXPERTS + 1]
-        first_rows: cute.struct.MemRange[cutlass.Int32, MAX_EXPERTS]
         expert_rows: cute.struct.MemRange[cutlass.Int32, MAX_EXPERTS]
         unit_rows: cute.struct.MemRange[cutlass.Int32, MAX_EXPERTS + 1]
         warp_totals: cute.struct.MemRange[cutlass.Int32, WARPS]
@@ -786,7 +790,6 @@ def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer):
 
     storage = SmemAllocator().allocate(SharedStorage)
     s_seg = storage.segment_rows.get_tensor(cute.make_layout(MAX_EXPERTS + 1))
-    s_first = storage.first_rows.get_tensor(cute.make_layout(MAX_EXPERTS))
     s_rows = storage.expert_rows.get_tensor(cute.make_layout(MAX_EXPERTS))
     s_unit = storage.unit_rows.get_tensor(cute.make_layout(MAX_EXPERTS + 1))
     s_warp = storage.warp_totals.get_tensor(cute.make_layout(WARPS))
@@ -797,7 +800,7 @@ def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer):
     # one specialisation a form and dtype: no form's bookkeeping in another's code
     form = cutlass.Int32(plan[Q_FORM])
     fp16 = plan[Q_FP16] != 0
-    tables = (s_seg, s_first, s_rows, s_unit)
+    tables = (s_seg, s_rows, s_unit)
     if form == FORM_PLAIN:
         quantize_form(plan, run, FORM_PLAIN, fp16, tables, s_warp, s_mult, stages, fulls, tidx)
     elif form == FORM_CONTIGUOUS:
