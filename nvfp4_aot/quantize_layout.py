@@ -5,16 +5,15 @@ words, as the MoE routing kernel does: the *plan* words (uploaded once: form, si
 strides) and the *run* words (per run: the device addresses of the operands). Its launch
 ABI stays three inputs (``plan``, ``run``, ``num_ctas``) for every form and shape.
 
-Work is cut into *units*: one blocked-scale row ``s`` times one *segment* of
-``SEGMENT_BLOCKS`` 16-element blocks of it (a warp's work: four blocks per lane). Each
-scale row is, for the routing of the run, one of
-
-* a token row: the input row it reads, the output row it writes, its scales;
-* a padding row of an expert's 128-row scale segment: zero scales only;
-* past every expert's segment (masked layout, hostile routings): nothing.
-
-so a grid fixed at plan creation serves every routing, and nothing outside the outputs
-the plan checked is ever written. The layout of the words has one home: this module.
+Work is cut into *units*: one token row times one *segment* of ``SEGMENT_BLOCKS``
+16-element blocks of it (a warp's work: four blocks per lane): its input row, its output
+row and its blocked-scale row. The plan's words bound them by the worst case,
+``Q_UNITS`` = the scale rows x segments (an MoE run has only its routing's token rows;
+one whose clamped counts reach past the plan's scale rows writes nothing there). The
+*padding* scale rows (an expert's rows past its tokens to the end of its 128-row atom;
+plain: past T) are zeroed apart from the units, a warp a 512-byte atom. So a grid fixed
+at plan creation serves every routing, and nothing outside the outputs the plan checked
+is ever written. The layout of the words has one home: this module.
 """
 
 from __future__ import annotations
