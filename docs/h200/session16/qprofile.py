@@ -11,10 +11,11 @@ from nvfp4_aot.quantizer import QuantizePlan  # noqa: E402
 what, art = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else None)
 dev = torch.device("cuda", 0)
 g = torch.tensor([1.0], dtype=torch.float32, device=dev)
-if what == "contig":
-    tokens, k, experts = 1024, 2048, 128
+if what.startswith("contig"):  # contig: T = 1024; contigT: T = 1 (top-8: 8 rows)
+    tokens, k, experts = (1 if what == "contigT" else 1024), 2048, 128
     cap = tokens * 8
     counts = torch.full((experts,), cap // experts, dtype=torch.int64)
+    counts[: cap % experts] += 1
     routing = (
         torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)]).to(torch.int32).to(dev)
     )

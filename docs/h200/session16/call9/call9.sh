@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# session 16 call 9 (#16): tails = the committed kernel (85d93a2) with the padding zeroed 8 atoms
+# a warp item (one or two immediate-offset stores a lane an atom; was one atom an item with
+# an integer division and ~60 instructions): call 8 measured the padding pass at 0.5-3 us
+# of a decode-size run (nopad: call 8's diagnostic, timing only). Replay vs committed and
+# nopad; then, from tails's tree: quantizer GPU tests, memcheck + racecheck, torch /
+# torch_ops / examples / JAX GPU tests (require-GPU).
+set -u
+OUT=${OUT:-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD NVFP4_AOT_SHAPES=$PWD/tests/data/shapes.json
+date -u
+timeout 150 python3 scratch/qcompare.py --passes 5 --json "$OUT/compare.json" base=artifacts \
+  nopad=scratch/nopad/artifacts tails=scratch/tails/artifacts 2>&1 | tee "$OUT/compare.txt"
+export NVFP4_AOT_ARTIFACTS=$PWD/scratch/tails/artifacts NVFP4_AOT_REQUIRE_GPU=1
+cd scratch/tails
+echo "=== tails: quantizer GPU tests $(date -u +%T)"
+timeout 100 python3 -m pytest -q -p no:cacheprovider --tb=short tests/test_quantizer_gpu.py > "$OUT/tests_quantizer.log" 2>&1
+echo "exit $?"; grep -E "FAILED" "$OUT/tests_quantizer.log" | head -8; tail -1 "$OUT/tests_quantizer.log" | cut -c1-300
+for tool in memcheck racecheck; do
+  NVFP4_AOT_QUANT_ROUTINGS=2 timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 \
+    python3 -m pytest -q -p no:cacheprovider tests/test_quantizer_gpu.py \
+    -k "contiguous or masked or padding_rows or any_byte or T129-k160 or k1056 or T1-k32" > "$OUT/${tool}.log" 2>&1
+  echo "$tool exit $?"; grep -E "SUMMARY|passed|failed" "$OUT/${tool}.log" | tail -2
+done
+cd ../..
+echo "=== torch, torch_ops, examples, JAX GPU tests $(date -u +%T)"
+timeout 150 python3 -m pytest -q -rf -p no:cacheprovider tests/test_torch_gpu.py tests/test_torch_ops.py \
+  tests/test_examples_gpu.py tests/test_jax_gpu.py > "$OUT/tests_more.log" 2>&1
+echo "pytest exit code: $?"; grep FAILED "$OUT/tests_more.log" | head; tail -1 "$OUT/tests_more.log"
+date -u
+cd "$OUT" && tar czf ../call9_out.tgz . && rm -rf ./* && mv ../call9_out.tgz .
