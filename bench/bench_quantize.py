@@ -24,8 +24,8 @@ For each shape (T rows of k BF16 or FP16 elements; plain form unless noted):
                 DIFF here with "=" ref is torch's rounding, not ours)
 
 MoE rows time the contiguous form (tokens * top_k routed rows read through an index,
-uniform routing; T = 16 and 64 are decode steps) and the masked form (max_m rows per
-expert, every expert full).
+uniform routing; T = 1, 16 and 64 are decode steps) and the masked form (max_m rows per
+expert, every expert full; max_m = 8 a decode step).
 
     PYTHONPATH=. python bench/bench_quantize.py [--quick] [--repeats N] [--json out.json]
 """
@@ -270,8 +270,10 @@ def main() -> int:
         jobs.append((bench_moe, ("contiguous", 256, 4096, 7168)))
         jobs.append((bench_moe, ("masked", 32, 512, 7168)))
         # decode: few tokens, most of the plan's scale rows neither tokens nor padding
+        jobs.append((bench_moe, ("contiguous", 128, 1, 2048)))  # one token: 8 rows
         jobs.append((bench_moe, ("contiguous", 128, 16, 2048)))
         jobs.append((bench_moe, ("contiguous", 256, 64, 7168)))
+        jobs.append((bench_moe, ("masked", 128, 8, 2048)))
     for function, shape in jobs:
         try:  # one failing shape must not hide the others
             results.append(function(*shape, copy_bw, args.repeats, device))
