@@ -91,7 +91,7 @@ FAMILIES = (
         role=ROLE_QUANTIZE,
         groups=(1,),
         epilogues=(),
-        blocks_per_sm=2,  # each CTA's 64 KB of copy stages (+ 17 KB of tables)
+        blocks_per_sm=2,  # each CTA's 64 KB of copy stages (+ 13 KB of tables)
     ),
 )
 

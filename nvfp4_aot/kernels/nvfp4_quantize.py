@@ -422,6 +422,14 @@ def clamp(value, low, high):
     return cutlass.min(cutlass.max(value, low), high)
 
 
+def run_int32s(run, field: int, size):
+    """The int32 array at run word ``field`` (routing counts, index, global scale bits)."""
+    return cute.make_tensor(
+        cute.make_ptr(cutlass.Int32, run[field], cute.AddressSpace.gmem, assumed_align=4),
+        cute.make_layout(size),
+    )
+
+
 def padded_rows(rows):
     """An expert's scale rows: its token rows rounded up to a blocked-scale atom."""
     return (rows + SF_ROWS - 1) // SF_ROWS * SF_ROWS
@@ -435,10 +443,7 @@ def expert_segments(plan, run, form: cutlass.Constexpr[int], s_seg, s_rows, s_un
     experts = cutlass.Int32(plan[Q_EXPERTS])
     capacity = cutlass.Int32(plan[Q_CAPACITY])
     per_expert = cutlass.Int32(plan[Q_EXPERT_SCALE_ROWS])
-    counts = cute.make_tensor(
-        cute.make_ptr(cutlass.Int32, run[R_ROUTING], cute.AddressSpace.gmem, assumed_align=4),
-        cute.make_layout(MAX_EXPERTS + 1),
-    )
+    counts = run_int32s(run, R_ROUTING, MAX_EXPERTS + 1)
     carried = cutlass.Int32(0)
     carried_units = cutlass.Int32(0)
     for base in cutlass.range(0, experts, THREADS, unroll=1):
@@ -504,23 +509,11 @@ def locate(plan, run, u, form: cutlass.Constexpr[int], s_seg, s_rows, s_unit):
             # shared table: 4 KB less a CTA)
             first = expert * capacity
             if form == FORM_CONTIGUOUS:
-                offsets = cute.make_tensor(
-                    cute.make_ptr(
-                        cutlass.Int32, run[R_ROUTING], cute.AddressSpace.gmem, assumed_align=4
-                    ),
-                    cute.make_layout(MAX_EXPERTS + 1),
-                )
-                first = clamp(offsets[expert], 0, capacity)
+                first = clamp(run_int32s(run, R_ROUTING, MAX_EXPERTS + 1)[expert], 0, capacity)
             out_row = first + r
             in_row = out_row
             if form == FORM_CONTIGUOUS and run[R_INDEX] != 0:
-                index = cute.make_tensor(
-                    cute.make_ptr(
-                        cutlass.Int32, run[R_INDEX], cute.AddressSpace.gmem, assumed_align=4
-                    ),
-                    cute.make_layout(capacity),
-                )
-                in_row = index[out_row]
+                in_row = run_int32s(run, R_INDEX, capacity)[out_row]
     return kind, in_row, out_row, s
 
 
@@ -723,10 +716,7 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_mult, stag
                    input_rows, blocks, lane)  # fmt: skip
     # while those copies fly: the multiplier g / sf of every scale byte, once per CTA (a
     # block looks its one up instead of dividing)
-    g_bits = cute.make_tensor(
-        cute.make_ptr(cutlass.Int32, run[R_GLOBAL_SCALE], cute.AddressSpace.gmem, assumed_align=4),
-        cute.make_layout(1),
-    )[0]
+    g_bits = run_int32s(run, R_GLOBAL_SCALE, 1)[0]
     for i in cutlass.range_constexpr(256 // THREADS):
         s_mult[tidx + THREADS * i] = multiplier(tidx + THREADS * i, g_bits)
     cute.arch.barrier()
