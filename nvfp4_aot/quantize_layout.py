@@ -5,9 +5,9 @@ words, as the MoE routing kernel does: the *plan* words (uploaded once: form, si
 strides) and the *run* words (per run: the device addresses of the operands). Its launch
 ABI stays three inputs (``plan``, ``run``, ``num_ctas``) for every form and shape.
 
-Work is cut into *units*: one token row times one *segment* of ``SEGMENT_BLOCKS``
-16-element blocks of it (a warp's work: four blocks per lane): its input row, its output
-row and its blocked-scale row. The plan's words bound them by the worst case,
+Work is cut into *units*: one token row times one *segment* of ``segment_blocks`` (128,
+64 or 32) 16-element blocks of it (a warp's work: four, two or one blocks per lane): its
+input row, its output row and its blocked-scale row. The plan's words bound them by the worst case,
 ``Q_UNITS`` = the scale rows x segments (an MoE run has only its routing's token rows;
 one whose clamped counts reach past the plan's scale rows writes nothing there). The
 *padding* scale rows (an expert's rows past its tokens to the end of its 128-row atom;
@@ -19,7 +19,7 @@ is ever written. The layout of the words has one home: this module.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .blocked import BLOCK_COLS, BLOCK_ROWS, SF_VEC_SIZE
 from .errors import InvalidProblemError
@@ -34,13 +34,14 @@ FORM_PLAIN, FORM_CONTIGUOUS, FORM_MASKED = range(3)
 DTYPES = ("bfloat16", "float16")
 
 MAX_EXPERTS = 1024  # the kernel's shared-memory table of expert segments
-SEGMENT_BLOCKS = 128  # blocks per unit: 32 lanes x 4 blocks (2048 elements)
+SEGMENT_BLOCKS = 128  # the widest unit: 32 lanes x 4 blocks (2048 elements)
+SEGMENT_CHOICES = (128, 64, 32)  # a plan's unit widths: 4, 2 or 1 blocks a lane
 INT32_MAX = 2**31 - 1
 
 # plan words (int64)
 Q_FORM, Q_EXPERTS, Q_CAPACITY, Q_INPUT_ROWS, Q_K, Q_BLOCKS, Q_BLOCKS_PADDED = range(7)
 Q_SEGMENTS, Q_UNITS, Q_ROW_STRIDE_BYTES, Q_OUT_ROW_BYTES, Q_COL_TILES = range(7, 12)
-Q_EXPERT_SCALE_ROWS, Q_FP16 = 12, 13
+Q_EXPERT_SCALE_ROWS, Q_FP16, Q_SEGMENT_BLOCKS = 12, 13, 14
 Q_WORDS = 16
 # run words (int64): device addresses
 R_X, R_OUT, R_SCALES, R_GLOBAL_SCALE, R_ROUTING, R_INDEX = range(6)
@@ -55,7 +56,9 @@ class QuantizeProblem:
     ``rows``: input rows readable (plain: T; contiguous: the token rows the index array
     picks from, T when there is no index; masked: E * max_m). ``capacity``: output rows
     (plain: T; contiguous: the most routed rows; masked: max_m per expert).
-    ``row_stride``: input elements between rows (>= k).
+    ``row_stride``: input elements between rows (>= k). ``segment_blocks``: the blocks
+    of a unit (a warp's work: a row segment), one of SEGMENT_CHOICES
+    (:func:`unit_blocks` picks it for the plan).
     """
 
     form: str
@@ -65,6 +68,7 @@ class QuantizeProblem:
     capacity: int
     dtype: str
     row_stride: int
+    segment_blocks: int = SEGMENT_BLOCKS
 
     def check(self) -> None:
         """Raise InvalidProblemError naming the first bad field."""
@@ -82,6 +86,10 @@ class QuantizeProblem:
             raise InvalidProblemError(
                 f"row_stride must be >= k = {self.k} and a multiple of 8 elements (16-byte "
                 f"aligned rows for 128-bit loads), got {self.row_stride}"
+            )
+        if self.segment_blocks not in SEGMENT_CHOICES:
+            raise InvalidProblemError(
+                f"segment_blocks must be one of {SEGMENT_CHOICES}, got {self.segment_blocks!r}"
             )
         if self.experts > MAX_EXPERTS:
             raise InvalidProblemError(
@@ -127,7 +135,7 @@ class QuantizeProblem:
 
     @property
     def segments(self) -> int:
-        return ceil_div(self.blocks_padded, SEGMENT_BLOCKS)
+        return ceil_div(self.blocks_padded, self.segment_blocks)
 
     @property
     def output_rows(self) -> int:
@@ -177,7 +185,20 @@ class QuantizeProblem:
         words[Q_COL_TILES] = self.blocks_padded // BLOCK_COLS
         words[Q_EXPERT_SCALE_ROWS] = self.expert_scale_rows
         words[Q_FP16] = DTYPES.index(self.dtype)
+        words[Q_SEGMENT_BLOCKS] = self.segment_blocks
         return words
+
+
+def unit_blocks(problem: QuantizeProblem, warps: int) -> int:
+    """The widest unit of SEGMENT_CHOICES whose units (at the plan's most token rows)
+    still give half of the grid's ``warps`` one: a warp's unit is a chain of dependent
+    instructions (~750 for 128 blocks), so where most warps would have none (decode
+    sizes) narrower units spread a row over more warps; where they all have work, the
+    widest units' four blocks a lane keep two blocks' math side by side."""
+    for blocks in SEGMENT_CHOICES:
+        if 2 * problem.output_rows * ceil_div(problem.blocks_padded, blocks) >= warps:
+            return blocks
+    return SEGMENT_CHOICES[-1]
 
 
 @dataclass(frozen=True)
@@ -207,12 +228,19 @@ class QuantizeLayout(SlotRing):
     @classmethod
     def build(
         cls, problem: QuantizeProblem, variant: Variant, sm_count: int, ring_slots: int,
-        capture_slots: int = 8,
+        capture_slots: int = 8, segment_blocks: int | None = None,
     ) -> QuantizeLayout:  # fmt: skip
+        """``segment_blocks``: the unit width (default: :func:`unit_blocks`'s for the
+        largest grid); the layout's ``problem`` carries it."""
         problem.check()
         warps = variant.block[0] // 32
+        max_ctas = variant.blocks_per_sm * sm_count
+        if segment_blocks is None:
+            segment_blocks = unit_blocks(problem, max_ctas * warps)
+        problem = replace(problem, segment_blocks=segment_blocks)
+        problem.check()
         units = problem.scale_rows * problem.segments
-        num_ctas = max(1, min(ceil_div(units, warps), variant.blocks_per_sm * sm_count))
+        num_ctas = max(1, min(ceil_div(units, warps), max_ctas))
         launch = QuantizeLaunch(num_ctas, launch_grid(variant, {"num_ctas": num_ctas}))
         ring_offset = round_up(8 * Q_WORDS, ALIGN)
         slot_bytes = round_up(8 * R_WORDS, ALIGN)

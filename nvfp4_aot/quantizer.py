@@ -74,27 +74,34 @@ class QuantizePlan(LaunchedPlan):
         Elements between consecutive rows of ``x`` (default k; a multiple of 8).
     device, artifacts, ring_slots, capture_slots
         As for :class:`nvfp4_aot.MoeGemmPlan`.
+    segment_blocks : 128, 64 or 32, optional
+        Blocks of a warp's unit of work (default: the widest that still gives half the
+        grid's warps a unit at ``capacity`` rows; narrower at decode sizes:
+        :func:`nvfp4_aot.quantize_layout.unit_blocks`). A tuning knob; the bytes are the
+        same.
     """
 
     def __init__(
         self, k: int, *, form: str = "plain", rows: int | None = None,
         capacity: int | None = None, experts: int = 1, dtype: str = "bfloat16",
         row_stride: int | None = None, device: int = 0, artifacts=None, ring_slots: int = 8,
-        capture_slots: int = 8,
+        capture_slots: int = 8, segment_blocks: int | None = None,
     ):  # fmt: skip
         if ring_slots < 1:
             raise ValueError(f"ring_slots must be >= 1, got {ring_slots}")
         if capture_slots < 1:
             raise ValueError(f"capture_slots must be >= 1, got {capture_slots}")
-        #: the checked plan-time facts (:mod:`nvfp4_aot.quantize_layout`)
-        self.problem = make_problem(k, form, rows, capacity, experts, dtype, row_stride)
+        problem = make_problem(k, form, rows, capacity, experts, dtype, row_stride)
         self.device = int(device)
         manifest = loader.load_manifest(artifacts)
         capability = loader.device_capability(self.device)
         (variant,) = loader.variants_for(manifest, capability, self.device, role=ROLE_QUANTIZE)
         self.layout = QuantizeLayout.build(
-            self.problem, variant, driver.sm_count(self.device), ring_slots, capture_slots
-        )
+            problem, variant, driver.sm_count(self.device), ring_slots, capture_slots,
+            segment_blocks,
+        )  # fmt: skip
+        #: the checked plan-time facts (:mod:`nvfp4_aot.quantize_layout`), the unit width too
+        self.problem = self.layout.problem
         kernel = loader.load_kernel(variant, self.device, artifacts)
         self._launcher = Launcher(self.device, self.layout, [kernel])
         self._tables = CheckedTables(self._check_pointers, self.layout.run_table)

@@ -27,6 +27,7 @@ from nvfp4_aot.quantize import quantize
 from nvfp4_aot.quantize_layout import (
     FORM_CONTIGUOUS,
     FORM_MASKED,
+    Q_SEGMENT_BLOCKS,
     Q_WORDS,
     R_GLOBAL_SCALE,
     R_INDEX,
@@ -38,6 +39,7 @@ from nvfp4_aot.quantize_layout import (
     RUN_FIELDS,
     SEGMENT_BLOCKS,
     QuantizeLayout,
+    unit_blocks,
 )
 from nvfp4_aot.quantize_routing import expected_outputs, row_map
 from nvfp4_aot.quantizer import QuantizePlan, make_problem
@@ -205,6 +207,7 @@ def test_plan_words_and_grid():
         FORM_CONTIGUOUS, 64, 3000, 1000, 2080, 130, 132, 2, problem.scale_rows * 2, 4192,
         1040, 33, 0, 1,
     )  # fmt: skip
+    assert words[Q_SEGMENT_BLOCKS] == 128 == layout.problem.segment_blocks
     units = problem.scale_rows * 2  # a warp a unit, at most the variant's CTAs per SM
     warps, per_sm = _variant().block[0] // 32, _variant().blocks_per_sm
     assert layout.launch.num_ctas == min(round_up(units, warps) // warps, per_sm * 132)
@@ -218,7 +221,34 @@ def test_plan_words_and_grid():
     assert len(layout.run_table([1, 2, 3, 4, 5, 6])) == layout.slot_bytes
     small = QuantizeLayout.build(make_problem(32, "plain", 1, None, 1, "bfloat16", None),
                                  _variant(), 132, 1)  # fmt: skip
-    assert small.launch.num_ctas == 128 // warps  # T = 1: 127 padding rows are units too
+    # the grid covers the plan's scale rows (T = 1: 128), whose padding its warps zero
+    assert small.launch.num_ctas == 128 // warps
+    assert small.problem.segment_blocks == 32  # one unit: the narrowest
+
+
+def test_unit_width_follows_the_plans_token_rows():
+    """128-block units where the plan's most token rows give half the grid's warps a
+    unit, 64 or 32 at decode sizes; the plan word carries the width, the units and
+    segments follow it; any width can be asked for, no other."""
+    warps = 2 * 132 * 8
+
+    def width(k, form="plain", rows=None, capacity=None, experts=1):
+        return unit_blocks(make_problem(k, form, rows, capacity, experts, "bfloat16", None), warps)
+
+    assert width(4096, rows=1024) == width(7168, rows=1024) == width(2048, rows=4096) == 128
+    assert width(2048, rows=1024) == 64  # 1024 units of 128 blocks: under half the warps
+    assert width(4096, rows=128) == width(4096, rows=1) == 32
+    assert width(2048, "contiguous", capacity=16 * 8, experts=128) == 32
+    assert width(7168, "contiguous", capacity=64 * 8, experts=256) == 128
+    assert width(2048, "masked", capacity=8, experts=128) == 64
+    problem = make_problem(2080, "plain", 77, None, 1, "bfloat16", None)
+    for blocks in (128, 64, 32):
+        layout = QuantizeLayout.build(problem, _variant(), 132, 1, segment_blocks=blocks)
+        words = struct.unpack_from(f"<{Q_WORDS}q", layout.static_tables(1 << 40))
+        segments = -(-132 // blocks)
+        assert (words[7], words[8], words[Q_SEGMENT_BLOCKS]) == (segments, 128 * segments, blocks)
+    with pytest.raises(InvalidProblemError, match="segment_blocks must be one of"):
+        QuantizeLayout.build(problem, _variant(), 132, 1, segment_blocks=48)
 
 
 # the row map ----------------------------------------------------------------------------------

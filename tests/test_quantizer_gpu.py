@@ -517,6 +517,38 @@ def test_scales_at_any_byte_address(device, offset):
                 data.check(g, counts_in, None, label=f"{plan.problem.form} scales at +{offset}")
 
 
+@pytest.mark.parametrize("segment_blocks", (128, 64, 32))
+def test_every_unit_width(device, segment_blocks):
+    """Units of 128, 64 or 32 blocks (4, 2 or 1 a lane; the plan picks by size) write the
+    same bytes: rows of 33-168 blocks (short last segments of each width, padding
+    columns), each form, hostile routings too."""
+    rng = np.random.default_rng(segment_blocks)
+    counts = np.array([1, 0, 129, 128, 100])
+    routing = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    hostile = np.array([5, 3, 400, 1000, -7, 2], np.int32)
+    cases = [
+        (dict(rows=77, row_stride=2096), 2080, 77, [None]),
+        (dict(rows=9), 2688, 9, [None]),
+        (dict(form="contiguous", capacity=400, experts=5), 528, 400, [routing, hostile]),
+        (dict(form="masked", capacity=130, experts=5), 1056, 650, [np.minimum(counts, 130),
+                                                                    hostile[:5]]),
+    ]  # fmt: skip
+    for kw, k, rows, routings in cases:
+        x = random_input(rows, k, "bfloat16", rng, hostile=True)
+        stride = kw.get("row_stride", k)
+        with QuantizePlan(k, device=device, segment_blocks=segment_blocks, **kw) as plan:
+            assert plan.problem.segment_blocks == segment_blocks
+            with Operands(plan, x, stride) as data:
+                for i, counts_in in enumerate(routings):
+                    g = global_scale_for(x, rng)
+                    poison = POISONS[i % 2]
+                    data.load(g, counts_in, None, poison)
+                    plan.run(**data.pointers(False))
+                    plan.synchronize()
+                    data.check(g, counts_in, None, poison,
+                               f"{plan.problem.form} k={k} {segment_blocks}-block units {i}")  # fmt: skip
+
+
 def test_torch_tensors_and_streams(device):
     torch = pytest.importorskip("torch")
     rows, k = 1000, 2080

@@ -32,7 +32,10 @@ rows, and no scale row past the plan's buffer is written, so no routing can make
 kernel read or write outside the buffers the plan checked.
 
 Work: a warp takes one unit (a token row x a segment of 128 blocks, 4 KB of input) at a
-time; lane l owns blocks l, l + 32, l + 64, l + 96 of the segment. The units are the
+time; lane l owns blocks l, l + 32, l + 64, l + 96 of the segment. Plans whose units
+would leave most warps idle (decode sizes) take segments of 64 or 32 blocks (plan word
+Q_SEGMENT_BLOCKS, quantize_layout.unit_blocks): 2 or 1 blocks a lane, a row over more
+warps, by the same short-segment code paths. The units are the
 run's token rows only (MoE: this routing's, not the plan's worst case: a decode routing,
 E = 128 at 16 tokens, has 1.0 K scale rows with tokens or padding of the plan's 16.3 K).
 The padding scale rows (an expert's rows past its tokens to the end of its 128-row atom;
@@ -88,6 +91,7 @@ from ..quantize_layout import (
     Q_INPUT_ROWS,
     Q_OUT_ROW_BYTES,
     Q_ROW_STRIDE_BYTES,
+    Q_SEGMENT_BLOCKS,
     Q_SEGMENTS,
     Q_UNITS,
     Q_WORDS,
@@ -109,7 +113,7 @@ ARCHS = ("sm_90a", "sm_100a", "sm_103a")
 THREADS = 256
 WARPS = THREADS // 32
 BLOCKS_PER_LANE = SEGMENT_BLOCKS // 32
-STAGE_BYTES = SEGMENT_BLOCKS * 32  # one unit: a row segment of SEGMENT_BLOCKS blocks
+STAGE_BYTES = SEGMENT_BLOCKS * 32  # the widest unit: a row segment of SEGMENT_BLOCKS blocks
 INTERLEAVE = 2  # blocks of a lane quantized side by side
 STAGES = 2  # a warp's ring: one unit quantized while the next one is copied in
 AHEAD = STAGES - 1
@@ -548,7 +552,7 @@ def take(units_ahead: cute.Tensor, slot: cutlass.Constexpr[int], batch, index):
 
 @cute.jit
 def start_copy(units_ahead: cute.Tensor, slot: cutlass.Constexpr[int], stage, full, x,
-               row_stride, input_rows, blocks, lane):  # fmt: skip
+               row_stride, input_rows, blocks, unit_blocks, lane):  # fmt: skip
     """Lane 0 starts the copy of the token row segment described in ``slot`` into
     ``stage`` (its bytes past k are not copied: the math reads whatever the stage held
     and stores nothing of those blocks), or completes ``full``'s phase at once for any
@@ -558,8 +562,8 @@ def start_copy(units_ahead: cute.Tensor, slot: cutlass.Constexpr[int], stage, fu
         kind = units_ahead[DESCRIPTOR * slot + F_KIND]
         if kind == ROW_TOKENS:
             in_row = clamp(units_ahead[DESCRIPTOR * slot + F_IN_ROW], 0, input_rows - 1)
-            first_block = units_ahead[DESCRIPTOR * slot + F_SEGMENT] * SEGMENT_BLOCKS
-            size = cutlass.min(blocks - first_block, SEGMENT_BLOCKS) * 32
+            first_block = units_ahead[DESCRIPTOR * slot + F_SEGMENT] * unit_blocks
+            size = cutlass.min(blocks - first_block, unit_blocks) * 32
             source = x + cutlass.Int64(in_row) * row_stride + cutlass.Int64(first_block) * 32
             copy_row_segment(stage, source, size, full)
         else:
@@ -599,7 +603,7 @@ def quantize_blocks(count: cutlass.Constexpr[int], stage, lane, fp16: cutlass.Co
 @cute.jit
 def quantize_unit(units_ahead: cute.Tensor, stage, fp16: cutlass.Constexpr[bool], g_bits,
                   s_mult, out, out_row_bytes, scales, col_tiles, lane, blocks,
-                  blocks_padded):  # fmt: skip
+                  blocks_padded, unit_blocks):  # fmt: skip
     """Quantize the token row unit described in slot 0 (nothing for ROW_NONE) from its
     stage and store its codes and scale bytes; a block's multiplier g / sf comes from
     the CTA's table."""
@@ -614,15 +618,15 @@ def quantize_unit(units_ahead: cute.Tensor, stage, fp16: cutlass.Constexpr[bool]
         + cutlass.Int64(s >> 7) * col_tiles * 512
         + cutlass.Int64((s & 31) * 16 + ((s >> 5) & 3) * 4)
     )
-    first_block = segment * SEGMENT_BLOCKS + lane
+    first_block = segment * unit_blocks + lane
     # block first_block + 32 j: its scale byte at sf_first + j * 4096 (32 blocks are 8
     # atoms of 512 bytes), its codes at codes_first + j * 256
     sf_first = sf_row + cutlass.Int64((first_block >> 2) * 512 + (first_block & 3))
     if kind == ROW_TOKENS:
         codes_first = out + cutlass.Int64(out_row) * out_row_bytes + cutlass.Int64(first_block) * 8
-        # a row's short last segment (k = 7168: 3.5 segments) quantizes only as many of a
-        # lane's blocks as it has columns for, in straight-line code of its own
-        columns = blocks - segment * SEGMENT_BLOCKS
+        # as many of a lane's blocks as the unit has columns for (a narrow unit; a row's
+        # short last segment, k = 7168: 3.5 segments), in straight-line code of its own
+        columns = cutlass.min(blocks - segment * unit_blocks, unit_blocks)
         if columns > SEGMENT_BLOCKS // 2:
             quantize_blocks(BLOCKS_PER_LANE, stage, lane, fp16, g_bits, s_mult, codes_first,
                             sf_first, first_block, blocks, blocks_padded)  # fmt: skip
@@ -682,6 +686,7 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_mult, stag
     blocks = cutlass.Int32(plan[Q_BLOCKS])
     blocks_padded = cutlass.Int32(plan[Q_BLOCKS_PADDED])
     segments = cutlass.Int32(plan[Q_SEGMENTS])
+    unit_blocks = cutlass.Int32(plan[Q_SEGMENT_BLOCKS])  # 128, 64 or 32
     capacity = cutlass.Int32(plan[Q_CAPACITY])
     scale_units = cutlass.Int32(plan[Q_UNITS])  # the plan's scale rows x segments
     # the token rows' units: plain T's; MoE this routing's (at most the plan's scale rows')
@@ -713,7 +718,7 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_mult, stag
     for d in cutlass.range_constexpr(AHEAD):
         take(units_ahead, d, (k0, i0, o0, s0, e0), d)
         start_copy(units_ahead, d, stage0 + d * STAGE_BYTES, full0 + 8 * d, x, row_stride,
-                   input_rows, blocks, lane)  # fmt: skip
+                   input_rows, blocks, unit_blocks, lane)  # fmt: skip
     # while those copies fly: the multiplier g / sf of every scale byte, once per CTA (a
     # block looks its one up instead of dividing)
     g_bits = run_int32s(run, R_GLOBAL_SCALE, 1)[0]
@@ -734,13 +739,14 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_mult, stag
             batch_first = ahead
         take(units_ahead, AHEAD, (k0, i0, o0, s0, e0), ahead - batch_first)
         start_copy(units_ahead, AHEAD, stage0 + produce * STAGE_BYTES, full0 + 8 * produce, x,
-                   row_stride, input_rows, blocks, lane)  # fmt: skip
+                   row_stride, input_rows, blocks, unit_blocks, lane)  # fmt: skip
         produce = produce + 1
         if produce == STAGES:
             produce = cutlass.Int32(0)
         mbar_wait(full0 + 8 * consume, parity)
         quantize_unit(units_ahead, stage0 + consume * STAGE_BYTES, fp16, g_bits, s_mult, out,
-                      out_row_bytes, scales, col_tiles, lane, blocks, blocks_padded)  # fmt: skip
+                      out_row_bytes, scales, col_tiles, lane, blocks, blocks_padded,
+                      unit_blocks)  # fmt: skip
         consume = consume + 1
         if consume == STAGES:
             consume = cutlass.Int32(0)
