@@ -1,6 +1,6 @@
 """nvfp4-aot: the wheel ships the runtime and the baked kernels (artifacts/)."""
 
-import lzma
+import importlib.util
 import shutil
 from pathlib import Path
 
@@ -10,11 +10,19 @@ from setuptools.command.build_py import build_py
 HERE = Path(__file__).resolve().parent
 
 
+def _cubin_pack():
+    """nvfp4_aot/cubin_pack.py, loaded by path (standard library only): the package's
+    __init__ imports the runtime's dependencies, which a build environment may lack."""
+    spec = importlib.util.spec_from_file_location("cubin_pack", HERE / "nvfp4_aot/cubin_pack.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 class BuildWithArtifacts(build_py):
-    """Copy the committed artifacts/ into the package: the manifest as it is, each cubin
-    xz-compressed as ``<name>.cubin.xz`` (nvfp4_aot.loader reads either form). The wheel's
-    deflate keeps about a quarter of a cubin, xz about a fifth: with 69 variants that is
-    what keeps the wheel under 1 MB."""
+    """Copy the committed artifacts/ into the package: the manifest as it is, the cubins
+    as one xz-compressed tar per kernel family (nvfp4_aot/cubin_pack.py; the loader reads
+    either form): about a fifth of one xz file per cubin, which keeps the wheel small."""
 
     def run(self):
         super().run()
@@ -26,9 +34,7 @@ class BuildWithArtifacts(build_py):
         target = Path(self.build_lib) / "nvfp4_aot" / "artifacts"
         shutil.rmtree(target, ignore_errors=True)  # nothing left from an earlier build
         target.mkdir(parents=True)
-        for path in sorted(source.glob("*.cubin")):
-            packed = lzma.compress(path.read_bytes(), preset=9 | lzma.PRESET_EXTREME)
-            (target / (path.name + ".xz")).write_bytes(packed)  # loader.PACKED_SUFFIX
+        _cubin_pack().write_packs(source, target)
         shutil.copyfile(source / "manifest.json", target / "manifest.json")
 
 

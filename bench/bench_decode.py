@@ -106,6 +106,7 @@ def bench_case(experts, n, k, tokens, weights, copy_bps, hold, args, device) -> 
     hit = np.count_nonzero(counts, axis=1)
     row = {"experts": experts, "n": n, "k": k, "tokens": tokens, "rows": rows,
            "family": plan.family, "gemm_launches": len(plan.layout.chunks),
+           "routed": plan.layout.routing is None,
            "experts_hit": float(np.median(hit)),
            "rows_per_expert_hit": float(np.median(rows / hit)),
            "max_expert_rows": int(counts.max())}  # fmt: skip
@@ -284,6 +285,9 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help=f"smoke subset {QUICK}, 12 steps per measurement")  # fmt: skip
     parser.add_argument("--kernel", help="force this GEMM kernel family")
+    parser.add_argument("--routing-kernel", action="store_true",
+                        help="run the routing kernel before the GEMM (MoeGemmPlan(routed=False)), "
+                             "not the family's routed GEMM, which routes itself")  # fmt: skip
     parser.add_argument("--pointers", action="store_true",
                         help="pass int device pointers to run() instead of torch tensors")  # fmt: skip
     parser.add_argument("--budget-s", type=float, default=420,

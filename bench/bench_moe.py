@@ -207,7 +207,8 @@ class MoeCase:
         self.rows = rows = tokens * TOP_K
         generator = torch.Generator(device=device).manual_seed(args.seed * 1000 + tokens)
         self.plan = MoeGemmPlan(experts, n, k, layout="contiguous", capacity=rows,
-                                device=device.index or 0, kernel=args.kernel)  # fmt: skip
+                                device=device.index or 0, kernel=args.kernel,
+                                routed=False if args.routing_kernel else None)  # fmt: skip
         needs = self.plan.layout.operand_bytes()
         self.a = torch.randint(0, 256, (rows, k // 2), dtype=torch.uint8, device=device)
         self.sfa = random_scales(needs["sfa"], device)
@@ -378,6 +379,9 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=200, help="steps per measurement")
     parser.add_argument("--quick", action="store_true", help="40 steps per measurement")
     parser.add_argument("--kernel", help="force this GEMM kernel family")
+    parser.add_argument("--routing-kernel", action="store_true",
+                        help="run the routing kernel before the GEMM (MoeGemmPlan(routed=False)), "
+                             "not the family's routed GEMM, which routes itself")  # fmt: skip
     parser.add_argument("--pointers", action="store_true",
                         help="pass int device pointers to run() instead of torch tensors")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)

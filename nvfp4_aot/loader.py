@@ -7,7 +7,8 @@
   by family, fewest groups first. Which family a plan runs is
   :func:`nvfp4_aot.selection.choose_family`'s choice, and the plan splits its groups
   over that family's baked group counts.
-* :func:`read_cubin` reads a cubin (plain, or xz-packed as the wheel ships it) and checks
+* :func:`read_cubin` reads a cubin (plain, or from its family's xz pack as the wheel
+  ships it, :mod:`nvfp4_aot.cubin_pack`) and checks
   its size, sha256 and ELF arch before the driver sees it: the driver accepts an sm_100a
   cubin on an sm_90 GPU and only later reports that it holds no kernels.
 * :func:`load_kernel` loads a variant (``cuLibraryLoadData`` -> ``cuLibraryGetKernel``
@@ -20,14 +21,24 @@ from __future__ import annotations
 
 import hashlib
 import lzma
+import tarfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import driver
 from .cubin import cubin_sm
+from .cubin_pack import pack_name, read_pack
 from .errors import ArtifactError, CudaError, UnsupportedDeviceError
-from .manifest import ORIGINAL_EPILOGUE, ROLE_GEMM, Epilogue, Manifest, Variant, read_manifest
+from .manifest import (
+    GEMM_ROLES,
+    ORIGINAL_EPILOGUE,
+    ROLE_GEMM,
+    Epilogue,
+    Manifest,
+    Variant,
+    read_manifest,
+)
 from .packing import ParamPacker
 from .paths import artifacts_dir
 
@@ -68,6 +79,7 @@ def clear_caches() -> None:
     with _lock:
         _manifests.clear()
         _kernels.clear()
+        _packs.clear()
 
 
 def baked_archs(manifest: Manifest) -> str:
@@ -99,7 +111,7 @@ def variants_for(
         if tuple(v.compute_capability) == capability and role in (None, v.role)
     ]
     if found and epilogue is not None:
-        fitting = [v for v in found if v.role != ROLE_GEMM or v.epilogue == epilogue]
+        fitting = [v for v in found if v.role not in GEMM_ROLES or v.epilogue == epilogue]
         if not fitting:
             raise UnsupportedDeviceError(
                 f"no kernel baked for compute capability {capability[0]}.{capability[1]} "
@@ -118,37 +130,38 @@ def variants_for(
     return sorted(found, key=lambda v: (v.family, v.num_groups))
 
 
-# The wheel ships each cubin xz-compressed beside the manifest (setup.py); a source
-# checkout or a fresh bake holds the plain files.
-PACKED_SUFFIX = ".xz"
+_packs: dict[tuple[Path, int, int], dict[str, bytes]] = {}  # (pack, mtime, size) -> cubins
 
 
-def _cubin_file(path: Path) -> Path:
-    """Cubin ``path``, or its xz-packed twin where only that one exists."""
-    packed = path.with_name(path.name + PACKED_SUFFIX)
-    return packed if not path.exists() and packed.exists() else path
-
-
-def _cubin_bytes(source: Path) -> bytes:
-    """The cubin bytes in file ``source`` (decompressed when it is the packed form)."""
-    data = source.read_bytes()
-    if source.suffix != PACKED_SUFFIX:
-        return data
-    try:
-        return lzma.decompress(data)
-    except lzma.LZMAError as exc:
-        raise ArtifactError(
-            f"{source} does not decompress ({exc}): the file is corrupt; reinstall nvfp4-aot"
-        ) from exc
+def _packed_cubin(pack: Path, name: str) -> bytes:
+    """Cubin ``name`` from its family's pack (the wheel's form, :mod:`.cubin_pack`), each
+    pack decompressed once while its file stays the same."""
+    stat = pack.stat()
+    key = (pack, stat.st_mtime_ns, stat.st_size)
+    with _lock:
+        cubins = _packs.get(key)
+        if cubins is None:
+            try:
+                cubins = read_pack(pack)
+            except (lzma.LZMAError, tarfile.TarError, EOFError) as exc:
+                raise ArtifactError(
+                    f"{pack} does not decompress ({exc}): the file is corrupt; reinstall nvfp4-aot"
+                ) from exc
+            _packs[key] = cubins
+    if name not in cubins:
+        raise FileNotFoundError(name)
+    return cubins[name]
 
 
 def read_cubin(directory: Path, variant: Variant) -> bytes:
-    """The variant's cubin (plain or xz-packed) after checking its size, sha256 and ELF
-    arch."""
-    # the file read, named in every message below
-    path = _cubin_file(Path(directory) / variant.cubin)
+    """The variant's cubin (the plain file, or from its family's pack as the wheel ships
+    it) after checking its size, sha256 and ELF arch."""
+    plain = Path(directory) / variant.cubin
+    pack = plain.with_name(pack_name(variant.cubin))
+    packed = not plain.exists() and pack.exists()
+    path = f"{pack} ({variant.cubin})" if packed else str(plain)  # named in every message
     try:
-        data = _cubin_bytes(path)
+        data = _packed_cubin(pack, variant.cubin) if packed else plain.read_bytes()
     except FileNotFoundError as exc:
         raise ArtifactError(
             f"{path} is missing although the manifest names it; rebake the artifacts "

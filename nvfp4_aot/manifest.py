@@ -51,14 +51,28 @@ QUANTIZE_INPUT_KINDS: dict[str, str] = {
     "run": "pointer",  # int64 words per run: X, codes, scales, global scale, routing, index
     "num_ctas": "int32",  # the grid: CTAs striding over the plan's units
 }
+# A routed grouped GEMM (a MoE launch whose CTAs build the group tables from the device
+# counts themselves, nvfp4_aot/kernels/routed_groups.py) takes the routing kernel's words
+# in place of the tables; alpha is a run word, not an input:
+ROUTED_INPUT_KINDS: dict[str, str] = {
+    "plan": "pointer",  # the MoE plan's int64 header words (nvfp4_aot/moe_layout.py)
+    "run": "pointer",  # int64 words per run: the routing array and the operands' bases
+    "tensormap_workspace": "pointer",
+    "total_tiles": "int32",
+    "persistent_blocks": "int32",
+}
 ROLE_GEMM = "grouped_gemm"
+ROLE_ROUTED_GEMM = "routed_grouped_gemm"
 ROLE_ROUTING = "moe_routing"
 ROLE_QUANTIZE = "nvfp4_quantize"
 ROLE_INPUTS = {
     ROLE_GEMM: INPUT_KINDS,
+    ROLE_ROUTED_GEMM: ROUTED_INPUT_KINDS,
     ROLE_ROUTING: ROUTING_INPUT_KINDS,
     ROLE_QUANTIZE: QUANTIZE_INPUT_KINDS,
 }
+GEMM_ROLES = (ROLE_GEMM, ROLE_ROUTED_GEMM)  # the roles whose variants have an epilogue
+ROUTED_SUFFIX = "_routed"  # a routed family's name: its table family's name + this
 INPUT_SIZES = {"pointer": 8, "int32": 4}
 
 
@@ -92,7 +106,7 @@ EPILOGUES = tuple(Epilogue(dtype, alpha) for dtype in OUT_DTYPES for alpha in (F
 def input_kinds(role: str, alpha: bool = False) -> dict[str, str]:
     """The inputs of a ``role`` kernel's host launcher, in call order, with their kinds."""
     kinds = ROLE_INPUTS[role]
-    return {**kinds, **ALPHA_INPUT_KINDS} if alpha else kinds
+    return {**kinds, **ALPHA_INPUT_KINDS} if alpha and role == ROLE_GEMM else kinds
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,11 @@ routing setup kernel (:mod:`nvfp4_aot.kernels.moe_routing`) reads the device cou
 writes the tables of one grouped GEMM launch per chunk of experts (chunks as
 :func:`launch_layout.split_groups` cuts them over the baked group counts), then those
 launches run. The grid of each GEMM launch is fixed at plan creation from the capacity;
-the kernels read the routed tile count from the CTA prefix on the device.
+the kernels read the routed tile count from the CTA prefix on the device. A plan with a
+*routed* GEMM variant (sm_90a, up to its 256 groups) is that one launch instead: its CTAs
+build the tables from the counts in shared memory (:mod:`nvfp4_aot.kernels.routed_groups`),
+it reads the plan's header words and the run words, and the buffer has no tables and
+no chunk records.
 
 The plan's device buffer::
 
@@ -41,6 +45,9 @@ K_MULTIPLE = 64  # expert row offsets keep A 32-byte aligned: (k / 2) % 32 == 0
 P_EXPERTS, P_LAYOUT, P_CAPACITY, P_N, P_K, P_TILE_M, P_TILE_N = range(7)
 P_A_ROW_BYTES, P_C_ROW_BYTES, P_SFA_ROW_BYTES = 7, 8, 9
 P_B_EXPERT_BYTES, P_SFB_EXPERT_BYTES, P_SFA_EXPERT_BYTES = 10, 11, 12
+# bytes of the unit a routed GEMM's SFA offsets count: a blocked-scale row (contiguous),
+# an expert's block (masked)
+P_SFA_UNIT_BYTES = 13
 P_HEADER_WORDS = 16
 # ... then per chunk: first expert, experts, the GEMM variant's group count G, and the
 # device addresses of its tables (G rows each; the prefix G + 1 entries; the alpha
@@ -128,7 +135,7 @@ class MoeLayout(SlotRing):
     ring_slots: int
     capture_slots: int
     chunks: tuple[Chunk, ...]
-    routing: RoutingLaunch
+    routing: RoutingLaunch | None  # None: one routed GEMM launch builds its own tables
     variants: tuple[Variant, ...]  # per launch: the routing kernel, then one per chunk
     words_bytes: int  # one set of plan words
     tables_bytes: int  # one set of GEMM tables
@@ -144,20 +151,32 @@ class MoeLayout(SlotRing):
         cls, experts: int, n: int, k: int, layout: str, capacity: int,
         gemm_variants: dict[int, Variant], routing_variants: dict[int, Variant],
         sm_count: int, ring_slots: int, capture_slots: int = 8,
+        routed_variant: Variant | None = None,
     ) -> MoeLayout:  # fmt: skip
         """Lay out a checked MoE problem over one GEMM family's variants and the routing
         kernel's (both by group count): the routing variant is the smallest that fills
-        the largest chunk."""
+        the largest chunk. With ``routed_variant`` (of at least ``experts`` groups) the
+        plan is that one launch, no routing kernel and no tables (its CTAs build them:
+        nvfp4_aot/kernels/routed_groups.py)."""
         check_moe_problem(experts, n, k, layout, capacity)
+        if routed_variant is not None:
+            if experts > routed_variant.num_groups:
+                raise InvalidProblemError(
+                    f"a routed GEMM serves at most {routed_variant.num_groups} experts, "
+                    f"got {experts}"
+                )
+            gemm_variants = {routed_variant.num_groups: routed_variant}
         split = split_groups(experts, list(gemm_variants))
-        largest = max(g for _start, _stop, g in split)
-        fitting = [g for g in routing_variants if g >= largest]
-        if not fitting:
-            raise InvalidProblemError(
-                f"the routing kernel fills at most {max(routing_variants)} groups per launch, "
-                f"the GEMM variant has {largest}"
-            )
-        routing_variant = routing_variants[min(fitting)]
+        routing_variant = None
+        if routed_variant is None:
+            largest = max(g for _start, _stop, g in split)
+            fitting = [g for g in routing_variants if g >= largest]
+            if not fitting:
+                raise InvalidProblemError(
+                    f"the routing kernel fills at most {max(routing_variants)} groups per "
+                    f"launch, the GEMM variant has {largest}"
+                )
+            routing_variant = routing_variants[min(fitting)]
         chunks, variants, offset, workspace = [], [], 0, 0
         for start, stop, g in split:
             variant = gemm_variants[g]
@@ -186,10 +205,15 @@ class MoeLayout(SlotRing):
             )  # fmt: skip
             variants.append(variant)
             workspace = max(workspace, variant.workspace.bytes_for([(rows, n, k)], blocks))
-        routing = RoutingLaunch(
-            len(chunks), launch_grid(routing_variant, {"num_chunks": len(chunks)})
-        )
-        words_bytes = round_up(8 * (P_HEADER_WORDS + C_WORDS * len(chunks)), ALIGN)
+        routing, records = None, 0  # a routed plan: no routing launch, tables or records
+        if routing_variant is not None:
+            routing = RoutingLaunch(
+                len(chunks), launch_grid(routing_variant, {"num_chunks": len(chunks)})
+            )
+            records = len(chunks)
+        else:
+            offset = 0
+        words_bytes = round_up(8 * (P_HEADER_WORDS + C_WORDS * records), ALIGN)
         tables_offset = 2 * words_bytes
         tables_bytes = offset
         workspace_offset = tables_offset + 2 * tables_bytes
@@ -200,7 +224,8 @@ class MoeLayout(SlotRing):
             experts=experts, n=n, k=k, layout=layout, capacity=capacity,
             ring_slots=ring_slots, capture_slots=capture_slots, chunks=tuple(chunks),
             routing=routing,
-            variants=(routing_variant, *variants), words_bytes=words_bytes,
+            variants=tuple(v for v in (routing_variant, *variants) if v is not None),
+            words_bytes=words_bytes,
             tables_bytes=tables_bytes, tables_offset=tables_offset,
             workspace_bytes=workspace, workspace_offset=workspace_offset,
             ring_offset=ring_offset, slot_bytes=slot_bytes,
@@ -211,12 +236,17 @@ class MoeLayout(SlotRing):
 
     @property
     def launches(self) -> tuple:
-        return (self.routing, *self.chunks)
+        return self.chunks if self.routing is None else (self.routing, *self.chunks)
+
+    @property
+    def gemm_variant(self) -> Variant:
+        """The GEMM launches' variant (the last chunk's: every chunk's epilogue and tile)."""
+        return self.variants[-1]
 
     def zero_once(self) -> list[tuple[int, int]]:
         """Both table sets (the routing kernel rewrites them; zero until then) and, when a
         GEMM kernel needs it, both workspaces."""
-        regions = [(self.tables_offset, 2 * self.tables_bytes)]
+        regions = [(self.tables_offset, 2 * self.tables_bytes)] if self.tables_bytes else []
         if any(v.workspace.zero_once for v in self.variants):
             regions.append((self.workspace_offset, 2 * self.workspace_bytes))
         return regions
@@ -233,11 +263,15 @@ class MoeLayout(SlotRing):
 
     def kernel_inputs(self, launch, base: int, slot: int) -> dict[str, int]:
         graph = slot >= self.graph_slot
+        words = {"plan": base + self.words_bytes * graph, "run": base + self.slot_offset(slot)}
         if isinstance(launch, RoutingLaunch):
-            return {
-                "plan": base + self.words_bytes * graph,
-                "run": base + self.slot_offset(slot),
-                "num_chunks": launch.num_chunks,
+            return words | {"num_chunks": launch.num_chunks}
+        workspace = base + self.workspace_offset + self.workspace_bytes * graph
+        if self.routing is None:  # a routed GEMM: the words, no tables
+            return words | {
+                "tensormap_workspace": workspace,
+                "total_tiles": launch.tiles_bound,
+                "persistent_blocks": launch.persistent_blocks,
             }
         tables = base + self._tables(graph)
         alpha = (
@@ -248,7 +282,7 @@ class MoeLayout(SlotRing):
             "abc_pointers": tables + launch.abc_offset,
             "scale_pointers": tables + launch.scales_offset,
             "cta_prefix": tables + launch.prefix_offset,
-            "tensormap_workspace": base + self.workspace_offset + self.workspace_bytes * graph,
+            "tensormap_workspace": workspace,
             "total_tiles": launch.tiles_bound,
             "persistent_blocks": launch.persistent_blocks,
         }
@@ -259,7 +293,7 @@ class MoeLayout(SlotRing):
         return self.tables_offset + self.tables_bytes * graph
 
     def _plan_words(self, tables: int) -> list[int]:
-        tile_m, tile_n, _tile_k = self.variants[1].tile_mnk
+        tile_m, tile_n, _tile_k = self.gemm_variant.tile_mnk
         words = [0] * (self.words_bytes // 8)
         header = {
             P_EXPERTS: self.experts,
@@ -276,9 +310,12 @@ class MoeLayout(SlotRing):
             P_SFB_EXPERT_BYTES: blocked_scale_bytes(self.n, self.k),
             P_SFA_EXPERT_BYTES: blocked_scale_bytes(self.capacity, self.k),
         }
+        header[P_SFA_UNIT_BYTES] = header[
+            P_SFA_ROW_BYTES if self.layout == "contiguous" else P_SFA_EXPERT_BYTES
+        ]
         for index, value in header.items():
             words[index] = value
-        for c, chunk in enumerate(self.chunks):
+        for c, chunk in enumerate(self.chunks if self.routing is not None else ()):
             record = P_HEADER_WORDS + C_WORDS * c
             words[record + C_START] = chunk.first
             words[record + C_COUNT] = chunk.experts
@@ -294,7 +331,7 @@ class MoeLayout(SlotRing):
     @property
     def alpha(self) -> bool:
         """Whether the GEMMs take a per-expert alpha (a run then passes its address)."""
-        return self.variants[1].alpha
+        return self.gemm_variant.alpha
 
     @property
     def run_fields(self) -> tuple[str, ...]:

@@ -25,7 +25,6 @@ import dataclasses
 import functools
 import hashlib
 import json
-import lzma
 import re
 import shutil
 import sys
@@ -36,9 +35,10 @@ import pytest
 from click.testing import CliRunner
 
 from nvfp4_aot import cli, loader, plan
+from nvfp4_aot.cubin_pack import PACK_SUFFIX, pack_name, write_packs
 from nvfp4_aot.errors import ArtifactError, Nvfp4Error, UnsupportedDeviceError
 from nvfp4_aot.kernels import FAMILIES, family_named
-from nvfp4_aot.manifest import MANIFEST_NAME, input_kinds
+from nvfp4_aot.manifest import MANIFEST_NAME, ROLE_GEMM, ROLE_ROUTED_GEMM, input_kinds
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fake_driver import FakeDriver, installed  # noqa: E402
@@ -359,9 +359,11 @@ ARGUMENT_STEMS = {
     "total_num_clusters": "total_tiles",
     "persistent_blocks": "persistent_blocks",
     "alpha_ptrs": "alpha_pointers",  # grouped GEMMs with alpha only
-    # the MoE routing setup
+    # the MoE routing setup (and the routed GEMMs: the kernel's plan and run words)
     "ptr_of_plan": "plan",
     "ptr_of_run": "run",
+    "plan_words": "plan",
+    "run_words": "run",
     "num_chunks": "num_chunks",
     # the activation quantizer (plan and run as above)
     "num_ctas": "num_ctas",
@@ -411,16 +413,23 @@ def _source_trees(module: str) -> list[ast.Module]:
     return trees
 
 
-def source_launch_inputs(module: str) -> tuple[dict[int, list[str]], str | None, list[str]]:
+def source_launch_inputs(
+    module: str, entry: str = "compile", absent: frozenset = frozenset()
+) -> tuple[dict[int, list[str]], str | None, list[str]]:
     """From a kernel family's sources: {kernel parameter index: the inputs it carries},
-    the input that is the grid's x dimension, and the inputs in host argument order."""
+    the input that is the grid's x dimension, and the inputs in host argument order.
+    ``absent``: the inputs whose kernel parameters this family's host launcher passes
+    as None (no kernel parameter at all)."""
     trees = _source_trees(module)
-    functions = {n.name: n for t in trees for n in ast.walk(t) if isinstance(n, ast.FunctionDef)}
-    # the @cute.jit host launcher that compile() hands to cute.compile (maybe through a
-    # shared helper): the first argument of a call in compile() naming such a function
+    defs = [n for t in trees for n in ast.walk(t) if isinstance(n, ast.FunctionDef)]
+    functions = {n.name: n for n in defs}
+    # the @cute.jit host launcher that the entry function hands to cute.compile (maybe
+    # through a shared helper): the first argument of a call in a function of that name
+    # naming such a function
     host = next(
         functions[arg.id]
-        for n in ast.walk(functions["compile"]) if isinstance(n, ast.Call)
+        for f in defs if f.name == entry
+        for n in ast.walk(f) if isinstance(n, ast.Call)
         for arg in n.args[:1]
         if isinstance(arg, ast.Name) and arg.id in functions
         and _decorated(functions[arg.id], "jit")
@@ -430,9 +439,17 @@ def source_launch_inputs(module: str) -> tuple[dict[int, list[str]], str | None,
         n for n in ast.walk(host)
         if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "launch"
     )  # fmt: skip
-    kernel = functions[launch.func.value.func.id]
+    # the @cute.kernel it launches: defined beside the host launcher (another module may
+    # define a kernel of the same name)
+    home = next(t for t in trees if host in ast.walk(t))
+    kernel = next(
+        n for n in ast.walk(home)
+        if isinstance(n, ast.FunctionDef) and n.name == launch.func.value.func.id
+    )  # fmt: skip
     assert _decorated(kernel, "kernel"), kernel.name
-    parameters = [a.arg for a in kernel.args.args if not _compile_time(a)]
+    parameters = [
+        a.arg for a in kernel.args.args if not _compile_time(a) and _input_of(a.arg) not in absent
+    ]
     # int32 inputs travel inside the tensors whose dynamic shape they give
     shaped_by: dict[str, list[str]] = {}
     for node in (n for t in trees for n in ast.walk(t)):
@@ -478,9 +495,21 @@ def launch_input_problems(variant, carried, grid_x) -> list[str]:
     return problems
 
 
+# the inputs whose kernel parameters a role's host launchers pass as None: a routed GEMM
+# has no tables, a table GEMM no plan and run words
+ABSENT_INPUTS = {
+    ROLE_ROUTED_GEMM: frozenset(
+        {"problem_sizes", "abc_pointers", "scale_pointers", "cta_prefix", "alpha_pointers"}
+    ),
+    ROLE_GEMM: frozenset({"plan", "run"}),
+}
+
+
 @functools.cache
 def family_sources(family: str):
-    return source_launch_inputs(family_named(family).module)
+    kernel = family_named(family)
+    absent = ABSENT_INPUTS.get(kernel.role, frozenset())
+    return source_launch_inputs(kernel.module, kernel.entry, absent)
 
 
 @pytest.mark.parametrize("family", [f.name for f in FAMILIES])
@@ -539,39 +568,58 @@ def test_swapped_input_names_are_caught(first, second):
 
 
 # ---------------------------------------------------------------------------------------
-# xz-packed cubins (the wheel's form, setup.py)
+# cubins in one xz pack per family (the wheel's form, setup.py, nvfp4_aot/cubin_pack.py)
 
 
 def _pack_all(directory: Path) -> None:
+    write_packs(directory, directory)
     for path in directory.glob("*.cubin"):
-        path.with_name(path.name + loader.PACKED_SUFFIX).write_bytes(
-            lzma.compress(path.read_bytes())
-        )
         path.unlink()
 
 
 def test_packed_cubins_read_as_the_plain_ones(art):
     manifest = loader.load_manifest(COMMITTED)
     _pack_all(art)
+    assert sorted(p.name for p in art.glob("*" + PACK_SUFFIX)) == sorted(
+        {pack_name(v.cubin) for v in manifest.variants}
+    )
     for variant in manifest.variants:
         assert loader.read_cubin(art, variant) == (COMMITTED / variant.cubin).read_bytes()
+
+
+def test_packs_are_reproducible(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir(), second.mkdir()
+    assert [p.read_bytes() for p in write_packs(COMMITTED, first)] == [
+        p.read_bytes() for p in write_packs(COMMITTED, second)
+    ]
 
 
 def test_packed_cubin_corrupt_or_replaced_is_an_artifact_error(art):
     variant = next(v for v in loader.load_manifest(COMMITTED).variants if v.arch == "sm_90a")
     _pack_all(art)
-    packed = art / (variant.cubin + loader.PACKED_SUFFIX)
-    packed.write_bytes(packed.read_bytes()[:-40])  # truncated: does not decompress
-    with pytest.raises(
-        ArtifactError, match=rf"{re.escape(str(packed))} does not decompress.*{FIX}"
-    ):
+    pack = art / pack_name(variant.cubin)
+    named = re.escape(f"{pack} ({variant.cubin})")
+    pack.write_bytes(pack.read_bytes()[:-40])  # truncated: does not decompress
+    with pytest.raises(ArtifactError, match=rf"{re.escape(str(pack))} does not decompress.*{FIX}"):
         loader.read_cubin(art, variant)
+    # the variant's member replaced by another cubin
     other = next(v for v in loader.load_manifest(COMMITTED).variants if v.cubin != variant.cubin)
-    packed.write_bytes(lzma.compress((COMMITTED / other.cubin).read_bytes()))  # another cubin
+    work = art / "work"
+    work.mkdir()
+    (work / variant.cubin).write_bytes((COMMITTED / other.cubin).read_bytes())
+    (packed,) = write_packs(work, art)
+    assert packed == pack
+    with pytest.raises(ArtifactError, match=rf"^{named} (holds \d+ bytes|has sha256)"):
+        loader.read_cubin(art, variant)
+    # a pack without the variant's member
+    (work / variant.cubin).unlink()
+    (work / (variant.cubin.split(".", 1)[0] + ".other.cubin")).write_bytes(b"x")
+    write_packs(work, art)
     with pytest.raises(
-        ArtifactError, match=rf"^{re.escape(str(packed))} (holds \d+ bytes|has sha256)"
+        ArtifactError, match=rf"^{named} is missing although the manifest names it.*{FIX}"
     ):
         loader.read_cubin(art, variant)
-    packed.unlink()
+    pack.unlink()
     with pytest.raises(ArtifactError, match=rf"is missing although the manifest names it.*{FIX}"):
         loader.read_cubin(art, variant)

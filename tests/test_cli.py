@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import lzma
 import struct
 import sys
 from functools import partial
@@ -27,8 +26,9 @@ from click.testing import CliRunner
 
 from fake_driver import SUCCESS, FakeDriver, real
 from nvfp4_aot import cli, cli_moe, driver, loader, plan
+from nvfp4_aot.cubin_pack import pack_name, read_pack, write_packs
 from nvfp4_aot.layouts import blocked_scale_bytes, blocked_to_scales, encode_output
-from nvfp4_aot.manifest import ROLE_ROUTING
+from nvfp4_aot.manifest import ROLE_ROUTED_GEMM, ROLE_ROUTING
 from nvfp4_aot.moe_data import ROUTING_KINDS, routing_array
 from nvfp4_aot.moe_layout import (
     C_WORDS,
@@ -64,7 +64,8 @@ class ComputingDriver(FakeDriver):
     Faults to inject: ``skip_group`` (that group of every GEMM launch is not computed),
     ``stray_row`` (every GEMM launch also writes the row after its last group's rows)
     and ``graph_skips_routing`` (a replay of a graph captured in relaxed mode, the
-    CLI's, leaves the routing kernel out, so its GEMM tables stay as they were)."""
+    CLI's, leaves the routing kernel out, so its GEMM tables stay as they were; a
+    routed GEMM, which routes itself, is left out)."""
 
     def __init__(
         self, skip_group: int | None = None, stray_row=False, graph_skips_routing=False,
@@ -117,13 +118,23 @@ class ComputingDriver(FakeDriver):
         if variant.role == ROLE_ROUTING:
             self.route(pointer("plan"), pointer("run"), launch.grid[0])
             return
+        if variant.role == ROLE_ROUTED_GEMM:  # the tables from the counts, as its CTAs do
+            tables = self.routed_tables(pointer("plan"), pointer("run"), variant.num_groups)
+            self.gemm(variant, *tables[:3], tables[4], launch)
+            return
         g_count = variant.num_groups
         sizes = np.frombuffer(self.read(pointer("problem_sizes"), g_count * 16), np.int32)
         abc = np.frombuffer(self.read(pointer("abc_pointers"), g_count * 24), np.uint64)
         scales = np.frombuffer(self.read(pointer("scale_pointers"), g_count * 16), np.uint64)
+        alphas = None
         if variant.alpha:
             alphas = np.frombuffer(self.read(pointer("alpha_pointers"), g_count * 8), np.uint64)
-        for g in range(g_count):
+        self.gemm(variant, sizes, abc, scales, alphas, launch)
+
+    def gemm(self, variant, sizes, abc, scales, alphas, launch) -> None:
+        """The grouped GEMM over its tables (flat arrays, as in memory)."""
+        sizes, abc, scales = (np.ravel(t) for t in (sizes, abc, scales))
+        for g in range(variant.num_groups):
             m, n, k, _l = (int(v) for v in sizes[4 * g : 4 * g + 4])
             if m == 0 or g == self.skip_group:
                 continue
@@ -144,7 +155,7 @@ class ComputingDriver(FakeDriver):
                 c = c * np.frombuffer(self.read(int(alphas[g]), 4), np.float32)[0]
             self._write(c_ptr, encode_output(c, variant.out_dtype).tobytes())
         if self.stray_row:
-            self._write_stray_row(launch)
+            self._write_stray_row(sizes.reshape(-1, 4), abc.reshape(-1, 3))
 
     # streams, stream capture and graphs: a captured copy or launch is recorded in order
     # and runs again (computing) at each replay
@@ -205,35 +216,41 @@ class ComputingDriver(FakeDriver):
         launch = self.launches[-1]
         if int(config.hStream) not in self.capturing_streams:
             self.compute(launch)
-        elif not (self.graph_skips_routing and self._relaxed and self._is_routing(launch)):
+        elif not (self.graph_skips_routing and self._relaxed and self._routes(launch)):
             self._captured.append(partial(self.compute, launch))
         return result
 
-    def _is_routing(self, launch) -> bool:
+    def _routes(self, launch) -> bool:
+        """Whether the launch turns the counts into tables: the routing kernel, or a routed
+        GEMM (whose replays, with the fault, then compute nothing)."""
         sha = self.images[launch.function.library]
-        return next(v for v in MANIFEST.variants if v.sha256 == sha).role == ROLE_ROUTING
+        role = next(v for v in MANIFEST.variants if v.sha256 == sha).role
+        return role in (ROLE_ROUTING, ROLE_ROUTED_GEMM)
 
-    def _write_stray_row(self, launch) -> None:
+    def _write_stray_row(self, sizes, abc) -> None:
         """Zeros into the row after the last non-empty group's rows of C."""
-        sha = self.images[launch.function.library]
-        variant = next(v for v in MANIFEST.variants if v.sha256 == sha)
-        buffer = bytearray(variant.param_bytes)
-        for param, data in zip(variant.params, launch.params):
-            buffer[param.offset : param.offset + param.size] = data
-        ((sizes_at, _),) = variant.slots_for("problem_sizes")
-        ((abc_at, _),) = variant.slots_for("abc_pointers")
-        g_count = variant.num_groups
-        sizes_ptr = struct.unpack_from("<Q", buffer, sizes_at)[0]
-        abc_ptr = struct.unpack_from("<Q", buffer, abc_at)[0]
-        sizes = np.frombuffer(self.read(sizes_ptr, g_count * 16), np.int32).reshape(-1, 4)
-        abc = np.frombuffer(self.read(abc_ptr, g_count * 24), np.uint64).reshape(-1, 3)
-        active = [g for g in range(g_count) if sizes[g, 0] > 0]
+        active = [g for g in range(len(sizes)) if sizes[g, 0] > 0]
         if active:
             m, n = int(sizes[active[-1], 0]), int(sizes[active[-1], 1])
             self._write(int(abc[active[-1], 2]) + m * n * 2, bytes(2 * n))
 
     def route(self, plan_words: int, run_words: int, num_chunks: int) -> None:
         """nvfp4_aot/kernels/moe_routing.py in numpy: the GEMM tables of every chunk."""
+        for chunk in range(num_chunks):
+            record = np.frombuffer(
+                self.read(plan_words + 8 * (P_HEADER_WORDS + C_WORDS * chunk), 8 * C_WORDS),
+                np.int64,
+            )
+            first, chunk_experts, groups, *addresses = (int(v) for v in record[:8])
+            tables = self.routed_tables(plan_words, run_words, groups, first, chunk_experts)
+            for address, table in zip(addresses, tables):
+                if address:
+                    self._write(address, table.tobytes())
+
+    def routed_tables(self, plan_words, run_words, groups, first=0, chunk_experts=None):
+        """The tables (sizes, abc, scales, prefix, alphas) of ``groups`` groups for experts
+        ``first`` .. ``first + chunk_experts`` (None: all) of the run's routing: what the
+        routing kernel writes for a chunk and a routed GEMM's CTAs build."""
         header = np.frombuffer(self.read(plan_words, 8 * P_HEADER_WORDS), np.int64)
         experts, layout, capacity, n, k, tile_m, tile_n = (int(v) for v in header[:7])
         routing_ptr, a, b, c, sfa, sfb, alpha = (
@@ -250,45 +267,35 @@ class ComputingDriver(FakeDriver):
             rows = np.clip(values, 0, capacity)
         padded = -(-rows // SF_BLOCK_ROWS) * SF_BLOCK_ROWS
         sf_row = np.concatenate([[0], np.cumsum(padded)])
-        for chunk in range(num_chunks):
-            record = np.frombuffer(
-                self.read(plan_words + 8 * (P_HEADER_WORDS + C_WORDS * chunk), 8 * C_WORDS),
-                np.int64,
+        chunk_experts = experts if chunk_experts is None else chunk_experts
+        sizes = np.zeros((groups, 4), np.int32)
+        abc = np.zeros((groups, 3), np.uint64)
+        scales = np.zeros((groups, 2), np.uint64)
+        prefix = np.zeros(groups + 1, np.int32)
+        alphas = np.zeros(groups, np.uint64)
+        slot = tiles = 0
+        for e in range(first, first + chunk_experts):
+            m = int(rows[e])
+            if m == 0:
+                continue
+            sizes[slot] = (m, n, k, 1)
+            abc[slot] = (
+                a + int(start[e]) * int(header[P_A_ROW_BYTES]),
+                b + e * int(header[P_B_EXPERT_BYTES]),
+                c + int(start[e]) * int(header[P_C_ROW_BYTES]),
             )
-            first, chunk_experts, groups, sizes_at, abc_at, scales_at, prefix_at, alpha_at = (
-                int(v) for v in record[:8]
+            sf = (
+                int(sf_row[e]) * int(header[P_SFA_ROW_BYTES])
+                if contiguous
+                else (e * int(header[P_SFA_EXPERT_BYTES]))
             )
-            sizes = np.zeros((groups, 4), np.int32)
-            abc = np.zeros((groups, 3), np.uint64)
-            scales = np.zeros((groups, 2), np.uint64)
-            prefix = np.zeros(groups + 1, np.int32)
-            alphas = np.zeros(groups, np.uint64)
-            slot = tiles = 0
-            for e in range(first, first + chunk_experts):
-                m = int(rows[e])
-                if m == 0:
-                    continue
-                sizes[slot] = (m, n, k, 1)
-                abc[slot] = (
-                    a + int(start[e]) * int(header[P_A_ROW_BYTES]),
-                    b + e * int(header[P_B_EXPERT_BYTES]),
-                    c + int(start[e]) * int(header[P_C_ROW_BYTES]),
-                )
-                sf = (
-                    int(sf_row[e]) * int(header[P_SFA_ROW_BYTES])
-                    if contiguous
-                    else (e * int(header[P_SFA_EXPERT_BYTES]))
-                )
-                scales[slot] = (sfa + sf, sfb + e * int(header[P_SFB_EXPERT_BYTES]))
-                alphas[slot] = alpha + 4 * e
-                prefix[slot] = tiles
-                tiles += -(-m // tile_m) * -(-n // tile_n)
-                slot += 1
-            prefix[slot:] = tiles
-            for address, table in ((sizes_at, sizes), (abc_at, abc), (scales_at, scales),
-                                   (prefix_at, prefix), (alpha_at, alphas)):  # fmt: skip
-                if address:
-                    self._write(address, table.tobytes())
+            scales[slot] = (sfa + sf, sfb + e * int(header[P_SFB_EXPERT_BYTES]))
+            alphas[slot] = alpha + 4 * e
+            prefix[slot] = tiles
+            tiles += -(-m // tile_m) * -(-n // tile_n)
+            slot += 1
+        prefix[slot:] = tiles
+        return sizes, abc, scales, prefix, alphas
 
 
 @pytest.fixture
@@ -368,14 +375,23 @@ def test_info_reports_a_corrupt_cubin(tmp_path, use_driver):
     for path in ARTIFACTS.iterdir():
         (tmp_path / path.name).write_bytes(path.read_bytes())
     victim = MANIFEST.variants[0].cubin
-    # the cubin as the checkout holds it, or xz-packed as the installed wheel does
-    plain, packed = tmp_path / victim, tmp_path / (victim + loader.PACKED_SUFFIX)
-    data = bytearray(plain.read_bytes() if plain.exists() else lzma.decompress(packed.read_bytes()))
-    data[100] ^= 0xFF
+    # the cubin as the checkout holds it, or in its family's pack as the installed wheel does
+    plain, pack = tmp_path / victim, tmp_path / pack_name(victim)
     if plain.exists():
+        data = bytearray(plain.read_bytes())
+        data[100] ^= 0xFF
         plain.write_bytes(bytes(data))
     else:
-        packed.write_bytes(lzma.compress(bytes(data)))
+        cubins = read_pack(pack)
+        for name, data in cubins.items():
+            (tmp_path / name).write_bytes(data)
+        pack.unlink()
+        data = bytearray(cubins[victim])
+        data[100] ^= 0xFF
+        (tmp_path / victim).write_bytes(bytes(data))
+        write_packs(tmp_path, tmp_path)
+        for name in cubins:
+            (tmp_path / name).unlink()
     info = json.loads(invoke("info", "--json", "--artifacts", str(tmp_path)).stdout)
     checks = {v["cubin"]: v["cubin_check"] for v in info["variants"]}
     assert "sha256" in checks[victim]
@@ -539,7 +555,7 @@ def test_moe_verify_with_alpha_and_bf16(use_driver, layout):
     assert result.exit_code == 0, result.output
     (case,) = json.loads(result.stdout)["cases"]
     assert case["epilogue"] == "bfloat16 x alpha"
-    assert case["variants"][1].endswith(".bf16.alpha")
+    assert case["variants"][-1].endswith(".bf16.alpha")
     assert all(r["ok"] for r in case["routings"])
 
 
@@ -683,7 +699,8 @@ def test_moe_verify_end_to_end_both_layouts(use_driver):
         ("masked", 40),
     ]
     for case in data["cases"]:
-        assert case["variants"][0].startswith("moe_routing.sm_90a")
+        (gemm,) = case["variants"]  # a routed GEMM: no routing kernel before it
+        assert gemm.startswith(case["family"] + "_routed.sm_90a")
         assert [s["kind"] for s in case["routings"]] == list(ROUTING_KINDS)
         for step in case["routings"]:
             for check in (step["eager"], step["graph"]):
@@ -745,7 +762,7 @@ def test_moe_bench_json(use_driver):
     data = json.loads(result.stdout)
     assert [c["family"] for c in data["cases"]] == FAMILIES
     for case in data["cases"]:
-        assert case["capacity"] == 16 and case["variants"][1].startswith(case["family"])
+        assert case["capacity"] == 16 and case["variants"][-1].startswith(case["family"])
         assert [s["kind"] for s in case["routings"]] == list(ROUTING_KINDS[:3])
         for step in case["routings"]:
             assert step["graph_p10_us"] <= step["graph_median_us"] <= step["graph_p90_us"]

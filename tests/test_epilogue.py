@@ -18,9 +18,11 @@ from nvfp4_aot.kernels import FAMILIES
 from nvfp4_aot.layouts import bf16_bits_to_float, decode_output, encode_output, float_to_bf16_bits
 from nvfp4_aot.manifest import (
     EPILOGUES,
+    GEMM_ROLES,
     MANIFEST_NAME,
     ORIGINAL_EPILOGUE,
     ROLE_GEMM,
+    ROLE_ROUTING,
     Epilogue,
     input_kinds,
 )
@@ -55,7 +57,7 @@ def fake(epilogue_artifacts):
 
 def test_every_gemm_is_baked_with_every_epilogue():
     manifest = loader.load_manifest()
-    gemms = [f for f in FAMILIES if f.role == ROLE_GEMM]
+    gemms = [f for f in FAMILIES if f.role in GEMM_ROLES]
     for family in gemms:
         variants = [v for v in manifest.variants if v.family == family.name]
         combos = {(v.arch, v.num_groups) for v in variants}
@@ -64,7 +66,8 @@ def test_every_gemm_is_baked_with_every_epilogue():
         }
     for v in manifest.variants:
         alpha_slots = v.slots_for("alpha_pointers")
-        assert len(alpha_slots) == (1 if v.alpha else 0), v.name
+        # a routed GEMM's alpha is a run word, not an input
+        assert len(alpha_slots) == (1 if v.alpha and v.role == ROLE_GEMM else 0), v.name
         assert list(v.input_kinds) == list(input_kinds(v.role, v.alpha))
         # the original epilogue keeps the original names and cubin files
         assert v.name.endswith(f".g{v.num_groups}") == (v.epilogue == ORIGINAL_EPILOGUE), v.name
@@ -222,7 +225,7 @@ def test_moe_plan_words_carry_the_alpha_table(fake, epilogue_artifacts):
 def add_routing_variant(directory) -> None:
     """The committed sm_90a routing kernel (manifest entry and cubin) into ``directory``."""
     committed = loader.load_manifest()
-    routing = next(v for v in committed.variants if v.role != ROLE_GEMM and v.arch == "sm_90a")
+    routing = next(v for v in committed.variants if v.role == ROLE_ROUTING and v.arch == "sm_90a")
     raw = json.loads((directory / MANIFEST_NAME).read_text())
     raw["variants"].append(asdict(routing))
     (directory / MANIFEST_NAME).write_text(json.dumps(raw))

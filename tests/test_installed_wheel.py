@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from nvfp4_aot.loader import PACKED_SUFFIX
+from nvfp4_aot.cubin_pack import pack_name
 
 pytestmark = pytest.mark.slow
 
@@ -137,10 +137,8 @@ def test_wheel_size_and_contents(wheel):
     assert size < WHEEL_SIZE_LIMIT, f"{wheel.name} is {size} bytes, the goal is < 1 MB"
     names = zipfile.ZipFile(wheel).namelist()
     shipped = {n.rsplit("/", 1)[1] for n in names if n.startswith("nvfp4_aot/artifacts/")}
-    # each cubin xz-packed (setup.py); the installed tests below load them
-    committed = {
-        p.name + PACKED_SUFFIX for p in (REPO / "artifacts").iterdir() if p.suffix == ".cubin"
-    }
+    # the cubins in one xz pack per family (setup.py); the installed tests below load them
+    committed = {pack_name(p.name) for p in (REPO / "artifacts").iterdir() if p.suffix == ".cubin"}
     assert shipped == committed | {"manifest.json"}
     assert "nvfp4_aot/cli.py" in names and "nvfp4_aot/bake/recorder.c" in names
     assert not [n for n in names if n.startswith(("tests/", "bench/", "examples/"))]

@@ -16,7 +16,7 @@ from nvfp4_aot.blocked import blocked_scale_bytes
 from nvfp4_aot.errors import InvalidProblemError
 from nvfp4_aot.intmath import round_up
 from nvfp4_aot.launch_layout import ALIGN
-from nvfp4_aot.manifest import ROLE_ROUTING
+from nvfp4_aot.manifest import ROLE_ROUTED_GEMM, ROLE_ROUTING
 from nvfp4_aot.moe import MoeGemmPlan
 from nvfp4_aot.moe_data import ROUTING_KINDS, MoeProblem, random_counts
 from nvfp4_aot.moe_layout import (
@@ -24,6 +24,9 @@ from nvfp4_aot.moe_layout import (
     C_START,
     C_WORDS,
     P_HEADER_WORDS,
+    P_SFA_EXPERT_BYTES,
+    P_SFA_ROW_BYTES,
+    P_SFA_UNIT_BYTES,
     RUN_FIELDS,
     MoeLayout,
     contiguous_scale_rows,
@@ -125,6 +128,47 @@ def test_plan_words_and_kernel_inputs():
     assert layout.slot_bytes % ALIGN == 0
 
 
+def _routed(family=SM90):
+    (variant,) = [
+        v for v in MANIFEST.variants
+        if v.role == ROLE_ROUTED_GEMM and v.family == family + "_routed" and v.epilogue.alpha
+        and v.out_dtype == "bfloat16"
+    ]  # fmt: skip
+    return variant
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "masked"])
+def test_a_routed_layout_is_one_launch_without_tables(layout):
+    """A routed GEMM variant: one launch, no routing kernel, no tables; its inputs are the
+    plan's header words and the run slot, separate for graph replays."""
+    routed = _routed()
+    plan = MoeLayout.build(256, 1536, 2048, layout, 4096, {}, {}, 132, 4, routed_variant=routed)
+    assert plan.routing is None and plan.variants == (routed,) and plan.gemm_variant is routed
+    (chunk,) = plan.launches
+    assert (chunk.first, chunk.experts, chunk.num_groups) == (0, 256, 256)
+    assert plan.tables_bytes == 0 and plan.words_bytes == round_up(8 * P_HEADER_WORDS, ALIGN)
+    assert all(size for _offset, size in plan.zero_once())  # no empty region to clear
+    base = 1 << 40
+    eager = plan.kernel_inputs(chunk, base, 0)
+    graph = plan.kernel_inputs(chunk, base, plan.graph_slot)
+    assert list(eager) == list(routed.input_kinds) == list(graph)
+    assert eager["plan"] == base and graph["plan"] == base + plan.words_bytes
+    assert eager["run"] == base + plan.slot_offset(0)
+    assert eager["tensormap_workspace"] != graph["tensormap_workspace"]
+    assert (eager["total_tiles"], eager["persistent_blocks"]) == (
+        chunk.tiles_bound, chunk.persistent_blocks)  # fmt: skip
+    words = struct.unpack_from(f"<{P_HEADER_WORDS}q", plan.static_tables(base))
+    unit = P_SFA_ROW_BYTES if layout == "contiguous" else P_SFA_EXPERT_BYTES
+    assert words[P_SFA_UNIT_BYTES] == words[unit] > 0
+
+
+def test_a_routed_variant_serves_at_most_its_groups():
+    with pytest.raises(
+        InvalidProblemError, match="a routed GEMM serves at most 256 experts, got 257"
+    ):
+        MoeLayout.build(257, 256, 512, "contiguous", 64, {}, {}, 132, 4, routed_variant=_routed())
+
+
 def test_operand_bytes_per_layout():
     contiguous = _layout(8, capacity=100, n=256, k=512).operand_bytes()
     assert contiguous == {
@@ -181,6 +225,53 @@ def test_run_writes_one_small_table_and_launches_routing_then_gemms(fake):
         # host work is independent of E: one copy, one routing launch, one per chunk
         plan.run(a, b, c, sfa, sfb, routing, stream=9)
         assert len(fake.launches) == 8
+
+
+def _slot_values(variant, launch) -> dict[str, int]:
+    """The inputs a fake launch of ``variant`` carried, by name."""
+    return {
+        slot.name: int.from_bytes(
+            launch.params[p.index][slot.offset : slot.offset + slot.size], "little"
+        )  # fmt: skip
+        for p in variant.params
+        for slot in p.slots
+    }
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "masked"])
+def test_plans_take_the_routed_variant_of_their_family(fake, layout):
+    """Up to 256 experts a per-CTA sm_90a family's plan is one routed GEMM launch (the
+    same run words); routed=False keeps the routing kernel; more experts, or a family
+    without a routed twin, run the routing kernel."""
+    pointers = _pointers()
+    routing, a, b, c, sfa, sfb = pointers
+    with MoeGemmPlan(128, 1536, 2048, layout=layout, capacity=64) as plan:
+        variant = plan.layout.gemm_variant
+        assert variant.role == ROLE_ROUTED_GEMM and variant.family == plan.family + "_routed"
+        plan.run(a, b, c, sfa, sfb, routing, stream=5)
+        (launch,) = fake.launches
+        assert launch.function.symbol == variant.kernel_symbol and launch.stream == 5
+        base, slot = plan._launcher.base, plan._launcher._last_slot
+        inputs = plan.layout.kernel_inputs(plan.layout.chunks[0], base, slot)
+        carried = {name: v for name, v in inputs.items() if name != "total_tiles"}  # host-only
+        assert _slot_values(variant, launch) == carried
+        dst, data, _stream = fake.copies[-1]
+        assert dst == inputs["run"]
+        assert struct.unpack_from("<6Q", data) == (routing, a, b, c, sfa, sfb)
+    fake.launches.clear()
+    with MoeGemmPlan(128, 1536, 2048, layout=layout, capacity=64, routed=False) as plan:
+        assert plan.layout.routing is not None and plan.layout.gemm_variant.role != ROLE_ROUTED_GEMM
+        plan.run(a, b, c, sfa, sfb, routing)
+        assert len(fake.launches) == 2
+    with MoeGemmPlan(300, 1536, 2048, layout=layout, capacity=64) as many:
+        assert many.layout.routing is not None  # 300 > 256 groups
+        with pytest.raises(InvalidProblemError, match="routed=True: no routed variant"):
+            MoeGemmPlan(300, 1536, 2048, layout=layout, capacity=64, routed=True)
+    with MoeGemmPlan(32, 4096, 7168, layout=layout, capacity=2048 if layout == "contiguous"
+                     else 64) as wide:  # fmt: skip
+        assert wide.family == "sm90_nvfp4_grouped_gemm_a16" and wide.layout.routing is not None
+    with pytest.raises(InvalidProblemError, match="routed must be None, True or False"):
+        MoeGemmPlan(8, 256, 512, capacity=64, routed="yes")
 
 
 def test_all_experts_fit_one_family_choice_by_n_and_k(fake):
@@ -243,7 +334,7 @@ def test_bad_pointers_and_aliasing(fake):
             plan.run(a, b, c, c + 1024, sfb, routing)
         assert fake.launches == []
         plan.run(a, b, c, sfa, sfb, routing + 4)  # 4-byte aligned routing is fine
-        assert len(fake.launches) == 2
+        assert len(fake.launches) == len(plan.layout.launches)
 
 
 def test_arrays_are_described_once_and_dlpack_works(fake):

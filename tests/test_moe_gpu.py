@@ -6,8 +6,10 @@ but one, all empty, sparse), each written into the same device arrays. Before ev
 replay C (and a guard region after it) is poisoned with 0xFFFF; after it every expert's
 rows are compared with the float64 reference and every other row, guard included, must
 still hold the poison. Hostile routings (offsets out of order or past the capacity,
-negative or oversized counts) must not write outside C. NVFP4_AOT_MOE_ROUTINGS sets the
-routings per configuration (fewer under compute-sanitizer).
+negative or oversized counts) must not write outside C. Each per-CTA family runs both as
+its routed twin (its CTAs build the group tables from the counts) and after the routing
+kernel. NVFP4_AOT_MOE_ROUTINGS sets the routings per configuration (fewer under
+compute-sanitizer).
 """
 
 from __future__ import annotations
@@ -74,12 +76,29 @@ CONFIGS = [  # (experts, n, k, layout, capacity, routings)
 ]
 
 
+# (family, routed): each per-CTA family both as its routed twin builds its own tables
+# (the plans' default up to 256 experts) and after the routing kernel (routed=False)
+LAUNCHES = [
+    (family, routed)
+    for family in FAMILIES
+    for routed in ((None,) if family.endswith("_a16") else (None, False))
+]
+
+
+def _launch_id(case) -> str:
+    family, routed = case
+    return family.removeprefix("sm90_nvfp4_grouped_gemm").lstrip("_") + (
+        "-routing_kernel" if routed is False else ""
+    )
+
+
 @pytest.mark.parametrize("epilogue", EPILOGUES, ids=str)
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("launch", LAUNCHES, ids=_launch_id)
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"E{c[0]}-{c[3]}")
-def test_one_graph_serves_every_routing(device, family, config, epilogue):
+def test_one_graph_serves_every_routing(device, launch, config, epilogue):
     """With alpha, every tenth replay first writes new per-expert alphas into the same
     array: the graph reads them on the device."""
+    family, routed = launch
     experts, n, k, layout, capacity, count = config
     count = int(os.environ.get("NVFP4_AOT_MOE_ROUTINGS", count))  # fewer under a sanitizer
     rng = np.random.default_rng(experts * 7 + len(layout))
@@ -89,7 +108,11 @@ def test_one_graph_serves_every_routing(device, family, config, epilogue):
     stream = driver.stream_create()
     try:
         with MoeGemmPlan(experts, n, k, layout=layout, capacity=capacity, device=device,
-                         kernel=family, out_dtype=out_dtype, alpha=epilogue.alpha) as plan:  # fmt: skip
+                         kernel=family, out_dtype=out_dtype, alpha=epilogue.alpha,
+                         routed=routed) as plan:  # fmt: skip
+            # the routed twins serve up to 256 experts; the a16 family has none
+            expect_routed = routed is None and experts <= 256 and not family.endswith("_a16")
+            assert (plan.layout.routing is None) == expect_routed, plan
             with DeviceMoe.of_problem(plan.layout.operand_bytes(), problem, alpha) as data:
                 cases = routings(problem, count, rng)
                 data.load(cases[0].routing, cases[0].sfa)
@@ -114,12 +137,16 @@ def test_one_graph_serves_every_routing(device, family, config, epilogue):
         driver.stream_destroy(stream)
 
 
+@pytest.mark.parametrize("family", ["sm90_nvfp4_grouped_gemm_decode", "sm90_nvfp4_grouped_gemm"])
+@pytest.mark.parametrize("routed", [None, False], ids=["routed", "routing_kernel"])
 @pytest.mark.parametrize("layout", ["contiguous", "masked"])
-def test_hostile_routings_never_write_outside_c(device, layout):
+def test_hostile_routings_never_write_outside_c(device, layout, routed, family):
     experts, n, k, capacity = 40, 128, 256, 96 if layout == "masked" else 300
     rng = np.random.default_rng(99)
     problem = MoeProblem(experts, n, k, layout, capacity, rng)
-    with MoeGemmPlan(experts, n, k, layout=layout, capacity=capacity, device=device) as plan:
+    with MoeGemmPlan(experts, n, k, layout=layout, capacity=capacity, device=device,
+                     kernel=family, routed=routed) as plan:  # fmt: skip
+        assert (plan.layout.routing is None) == (routed is None), plan
         with DeviceMoe.of_problem(plan.layout.operand_bytes(), problem) as data:
             good = problem.routing(random_counts("uniform", experts, capacity // 2, rng))
             hostile = []

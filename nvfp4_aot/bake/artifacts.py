@@ -92,7 +92,7 @@ def compile_variant(
     out = workdir / prefix
     epilogue_args = [epilogue.out_dtype, str(int(epilogue.alpha))] if epilogue else []
     run = subprocess.run(
-        [sys.executable, "-m", "nvfp4_aot.bake.compile_one", family.module, arch,
+        [sys.executable, "-m", "nvfp4_aot.bake.compile_one", family.target, arch,
          str(num_groups), str(out), prefix, *epilogue_args],
         capture_output=True, text=True,
     )  # fmt: skip

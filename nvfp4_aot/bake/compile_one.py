@@ -5,7 +5,7 @@ variant gets a fresh interpreter with them set before ``cutlass`` is imported. T
 caller (:func:`nvfp4_aot.bake.artifacts.compile_variant`) has checked the arch against
 the family registry (``nvfp4_aot.kernels.FAMILIES``).
 
-Usage: python -m nvfp4_aot.bake.compile_one FAMILY_MODULE ARCH NUM_GROUPS OUT_DIR PREFIX
+Usage: python -m nvfp4_aot.bake.compile_one MODULE:FUNCTION ARCH NUM_GROUPS OUT_DIR PREFIX
 [OUT_DTYPE ALPHA]  (the epilogue of a grouped GEMM: float16|bfloat16, 0|1). Writes OUT_DIR/dump/*.{cubin,ptx}, OUT_DIR/export/PREFIX.{h,o} and OUT_DIR/result.json.
 """
 
@@ -20,8 +20,9 @@ from pathlib import Path
 
 
 def main(
-    module_name: str, arch: str, num_groups: int, out_dir: Path, prefix: str, *epilogue: str
+    target: str, arch: str, num_groups: int, out_dir: Path, prefix: str, *epilogue: str
 ) -> None:
+    module_name, entry = target.split(":")
     dump = out_dir / "dump"
     export = out_dir / "export"
     dump.mkdir(parents=True, exist_ok=True)
@@ -34,9 +35,9 @@ def main(
     imported = time.perf_counter()
     if epilogue:
         out_dtype, alpha = epilogue
-        compiled = module.compile(num_groups, out_dtype, alpha == "1")
+        compiled = getattr(module, entry)(num_groups, out_dtype, alpha == "1")
     else:
-        compiled = module.compile(num_groups)
+        compiled = getattr(module, entry)(num_groups)
     compiled_at = time.perf_counter()
     compiled.export_to_c(str(export), prefix, prefix)
     result = {

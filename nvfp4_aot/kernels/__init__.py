@@ -1,8 +1,9 @@
 """Kernel families: CuTe DSL sources, imported only by the build step.
 
 This ``__init__`` imports nothing from the DSL: it only names the families, what each
-one does (its role: a grouped GEMM, the MoE routing setup that fills a grouped GEMM's
-tables on the device, or the NVFP4 activation quantizer), the architectures each one
+one does (its role: a grouped GEMM, a routed grouped GEMM that builds a MoE launch's
+tables itself, the MoE routing setup that fills a grouped GEMM's tables on the device,
+or the NVFP4 activation quantizer), the architectures each one
 serves, the epilogues each GEMM is baked with and the workspace each one needs, so that
 the build, the kernels and the runtime agree.
 """
@@ -11,7 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..manifest import EPILOGUES, ROLE_GEMM, ROLE_QUANTIZE, ROLE_ROUTING, Epilogue, Workspace
+from ..manifest import (
+    EPILOGUES,
+    ROLE_GEMM,
+    ROLE_QUANTIZE,
+    ROLE_ROUTED_GEMM,
+    ROLE_ROUTING,
+    ROUTED_SUFFIX,
+    Epilogue,
+    Workspace,
+)
 
 
 @dataclass(frozen=True)
@@ -27,37 +37,58 @@ class KernelFamily:
     # CTAs per SM of a persistent grid: the kernel is compiled to fit this many (its
     # registers and shared memory), and launched with this many per SM
     blocks_per_sm: int = 1
+    entry: str = "compile"  # the module's function that compiles a variant
 
+    @property
+    def target(self) -> str:
+        """``module:function`` for nvfp4_aot.bake.compile_one."""
+        return f"{self.module}:{self.entry}"
+
+
+def _routed(family: KernelFamily) -> KernelFamily:
+    """The routed twin of a per-CTA sm_90a GEMM family: the same kernel for MoE plans of up
+    to 256 experts whose CTAs build the group tables from the device counts, so the
+    routing kernel does not run before it (nvfp4_aot/kernels/routed_groups.py)."""
+    return KernelFamily(
+        family.name + ROUTED_SUFFIX, family.module, family.archs, family.workspace,
+        ROLE_ROUTED_GEMM, (256,), family.epilogues, family.blocks_per_sm, "compile_routed",
+    )  # fmt: skip
+
+
+# 256 groups: a MoE plan of up to 256 experts is one GEMM launch (E = 128 or 256 in
+# decode was two or three serial launches, the last ones mostly idle)
+_SM90_GEMM = KernelFamily(
+    "sm90_nvfp4_grouped_gemm",
+    "nvfp4_aot.kernels.sm90_grouped_gemm",
+    ("sm_90a",),
+    groups=(8, 120, 256),
+)
+# The same kernel with 16-row activation tiles: few tokens per group (MoE decode);
+# two CTAs per SM keep twice the warps decoding weights while the other CTA waits.
+_SM90_DECODE = KernelFamily(
+    "sm90_nvfp4_grouped_gemm_decode",
+    "nvfp4_aot.kernels.sm90_grouped_gemm_decode",
+    ("sm_90a",),
+    groups=(8, 120, 256),
+    blocks_per_sm=2,
+)
+# ... and with 32-row tiles: groups of 13-32 rows run one tile per N tile.
+_SM90_DECODE32 = KernelFamily(
+    "sm90_nvfp4_grouped_gemm_decode32",
+    "nvfp4_aot.kernels.sm90_grouped_gemm_decode32",
+    ("sm_90a",),
+    groups=(8, 120, 256),
+    blocks_per_sm=2,
+)
 
 FAMILIES = (
     KernelFamily(
         "sm100_nvfp4_grouped_gemm", "nvfp4_aot.kernels.sm100_grouped_gemm", ("sm_100a", "sm_103a")
     ),
-    # 256 groups: a MoE plan of up to 256 experts is one GEMM launch (E = 128 or 256 in
-    # decode was two or three serial launches, the last ones mostly idle)
-    KernelFamily(
-        "sm90_nvfp4_grouped_gemm",
-        "nvfp4_aot.kernels.sm90_grouped_gemm",
-        ("sm_90a",),
-        groups=(8, 120, 256),
-    ),
-    # The same kernel with 16-row activation tiles: few tokens per group (MoE decode);
-    # two CTAs per SM keep twice the warps decoding weights while the other CTA waits.
-    KernelFamily(
-        "sm90_nvfp4_grouped_gemm_decode",
-        "nvfp4_aot.kernels.sm90_grouped_gemm_decode",
-        ("sm_90a",),
-        groups=(8, 120, 256),
-        blocks_per_sm=2,
-    ),
-    # ... and with 32-row tiles: groups of 13-32 rows run one tile per N tile.
-    KernelFamily(
-        "sm90_nvfp4_grouped_gemm_decode32",
-        "nvfp4_aot.kernels.sm90_grouped_gemm_decode32",
-        ("sm_90a",),
-        groups=(8, 120, 256),
-        blocks_per_sm=2,
-    ),
+    _SM90_GEMM,
+    _SM90_DECODE,
+    _SM90_DECODE32,
+    *(_routed(f) for f in (_SM90_GEMM, _SM90_DECODE, _SM90_DECODE32)),
     # Decodes the activations once per launch into an FP16 scratch after the
     # tensormaps (m x ceil(k / 128) x 128 values per group); its grid-barrier
     # counter lives in an unused descriptor slot and must start zeroed.

@@ -115,6 +115,30 @@ def expert_rows(expert, routing: cute.Tensor, layout, capacity):
     return first, rows
 
 
+@cute.jit
+def place_experts(expert, present, routing: cute.Tensor, layout, capacity, n, tile_m, tile_n,
+                  s_warp: cute.Tensor, tidx):  # fmt: skip
+    """Every thread of the CTA places its ``expert`` (where ``present``) among the CTA's by
+    three CTA scans: (first row, rows, 1 if it has tokens, its slot among the experts
+    with tokens, how many have tokens, the output tiles before it, all tiles, its
+    blocked-scale row among the CTA's experts). The routing kernel and the routed GEMMs
+    (:mod:`.routed_groups`) place experts alike."""
+    first = cutlass.Int32(0)
+    rows = cutlass.Int32(0)
+    if present:
+        first, rows = expert_rows(expert, routing, layout, capacity)
+    active = cutlass.Int32(0)
+    tiles = cutlass.Int32(0)
+    if rows > 0:
+        active = cutlass.Int32(1)
+        tiles = (rows + tile_m - 1) // tile_m * ((n + tile_n - 1) // tile_n)
+    padded = (rows + SF_BLOCK_ROWS - 1) // SF_BLOCK_ROWS * SF_BLOCK_ROWS
+    slot, used = block_scan(active, s_warp, tidx)
+    tile_before, total_tiles = block_scan(tiles, s_warp, tidx)
+    sf_row, _sf_total = block_scan(padded, s_warp, tidx)
+    return first, rows, active, slot, used, tile_before, total_tiles, sf_row
+
+
 def threads_for(num_groups: int) -> int:
     """Threads of the CTA that fills a chunk of ``num_groups`` groups: one per group and
     one more (thread G writes the prefix's total), in whole warps."""
@@ -170,19 +194,9 @@ def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer, num_groups: cutl
             sf_before = sf_before + total
 
     expert = first_expert + tidx
-    first = cutlass.Int32(0)
-    rows = cutlass.Int32(0)
-    if tidx < chunk_experts:
-        first, rows = expert_rows(expert, routing, layout, capacity)
-    active = cutlass.Int32(0)
-    tiles = cutlass.Int32(0)
-    if rows > 0:
-        active = cutlass.Int32(1)
-        tiles = (rows + tile_m - 1) // tile_m * ((n + tile_n - 1) // tile_n)
-    padded = (rows + SF_BLOCK_ROWS - 1) // SF_BLOCK_ROWS * SF_BLOCK_ROWS
-    slot, used = block_scan(active, s_warp, tidx)
-    tile_before, total_tiles = block_scan(tiles, s_warp, tidx)
-    sf_row, _sf_total = block_scan(padded, s_warp, tidx)
+    first, rows, active, slot, used, tile_before, total_tiles, sf_row = place_experts(
+        expert, tidx < chunk_experts, routing, layout, capacity, n, tile_m, tile_n, s_warp, tidx
+    )
     sf_row = sf_row + sf_before
 
     sizes = gemm_table(

@@ -288,6 +288,30 @@ def store_tile(
 # ---------------------------------------------------------------------------
 
 
+def _table_tensors(
+    ptr_of_tensor_of_problem_sizes,
+    ptr_of_tensor_of_abc_ptrs,
+    ptr_of_tensor_of_sfasfb_ptrs,
+    ptr_of_tensor_of_cta_prefix,
+    num_groups,
+):
+    """The group tables: (sizes, A/B/C pointers, SFA/SFB pointers, CTA prefix)."""
+    return (
+        cute.make_tensor(
+            ptr_of_tensor_of_problem_sizes, cute.make_layout((num_groups, 4), stride=(4, 1))
+        ),
+        cute.make_tensor(
+            ptr_of_tensor_of_abc_ptrs, cute.make_layout((num_groups, 3), stride=(3, 1))
+        ),
+        cute.make_tensor(
+            ptr_of_tensor_of_sfasfb_ptrs, cute.make_layout((num_groups, 2), stride=(2, 1))
+        ),
+        cute.make_tensor(
+            ptr_of_tensor_of_cta_prefix, cute.make_layout((num_groups + 1,), stride=(1,))
+        ),
+    )
+
+
 def host_operands(
     ptr_of_tensor_of_problem_sizes,
     ptr_of_tensor_of_abc_ptrs,
@@ -299,18 +323,19 @@ def host_operands(
     tile_m=TILE_M,
 ):
     """The kernel's arguments (all but num_groups) from the host launcher's inputs; A's
-    TMA box is ``tile_m`` rows."""
-    tensor_of_abc_ptrs = cute.make_tensor(
-        ptr_of_tensor_of_abc_ptrs, cute.make_layout((num_groups, 3), stride=(3, 1))
-    )
-    tensor_of_sfasfb_ptrs = cute.make_tensor(
-        ptr_of_tensor_of_sfasfb_ptrs, cute.make_layout((num_groups, 2), stride=(2, 1))
-    )
-    tensor_of_problem_sizes = cute.make_tensor(
-        ptr_of_tensor_of_problem_sizes, cute.make_layout((num_groups, 4), stride=(4, 1))
-    )
-    tensor_of_cta_prefix = cute.make_tensor(
-        ptr_of_tensor_of_cta_prefix, cute.make_layout((num_groups + 1,), stride=(1,))
+    TMA box is ``tile_m`` rows. A routed variant has no table pointers (None): its
+    tables are None too (the kernel builds them, :mod:`.routed_groups`)."""
+    tables = None
+    if ptr_of_tensor_of_abc_ptrs is not None:
+        tables = _table_tensors(
+            ptr_of_tensor_of_problem_sizes,
+            ptr_of_tensor_of_abc_ptrs,
+            ptr_of_tensor_of_sfasfb_ptrs,
+            ptr_of_tensor_of_cta_prefix,
+            num_groups,
+        )
+    tensor_of_problem_sizes, tensor_of_abc_ptrs, tensor_of_sfasfb_ptrs, tensor_of_cta_prefix = (
+        tables or (None,) * 4
     )
     tensor_of_tensormap = cute.make_tensor(
         ptr_of_tensor_of_tensormap,
@@ -362,6 +387,25 @@ def host_operands(
         tensor_of_tensormap,
         tensor_of_problem_sizes,
         tensor_of_cta_prefix,
+    )
+
+
+def compile_routed_host(routed_host, num_groups: int, out_dtype: str, alpha: bool, *constexprs):
+    """Compile a routed host launcher (plan and run words, tensormap workspace, the two
+    Int32 scalars) for up to ``num_groups`` experts and an epilogue; returns the DSL
+    object."""
+    gmem = cute.AddressSpace.gmem
+    return cute.compile(
+        routed_host,
+        make_ptr(cutlass.Int64, 0, gmem, assumed_align=16),
+        make_ptr(cutlass.Int64, 0, gmem, assumed_align=16),
+        make_ptr(cutlass.Int64, 0, gmem, assumed_align=16),
+        cutlass.Int32(1),
+        cutlass.Int32(1),
+        num_groups,
+        C_DTYPES[out_dtype],
+        alpha,
+        *constexprs,
     )
 
 

@@ -47,6 +47,13 @@ memory as FP16:
              epilogue scale): consumers read no global memory between tiles.
 The grid is launched with programmatic stream serialization (PDL, ``_tile_range``): it
 may start while the MoE routing kernel before it still writes the tables.
+A *routed* variant (:func:`compile_routed`, a MoE plan of up to ``num_groups`` experts)
+takes the MoE plan's header words and a run's words instead of the tables: every CTA
+first builds the tables in shared memory from the device counts (:mod:`.routed_groups`,
+5 KB at 256 groups, one round of loads and three CTA scans) and the kernel then reads
+them exactly where it reads the global ones, so no routing kernel runs before it (on
+the H200 1-4 µs less per MoE run, docs/decode.md). Every table variant's cubin is
+unchanged by it (the extra kernel parameters are None there).
 The activation tile (``tile_m`` rows, TILE_M = 128 here), the raw-stage count and
 the CTAs per SM are compile-time arguments of :func:`compile`; the decode family
 (:mod:`.sm90_grouped_gemm_decode`) takes 16-row tiles, where a tile's rows lie inside
@@ -82,9 +89,11 @@ from cutlass.cutlass_dsl import dsl_user_op
 from cutlass.memory import SmemAllocator
 from cutlass.tensor_utils import TensorMapManager, TensorMapUpdateMode
 
+from ..moe_layout import P_HEADER_WORDS, R_WORDS
 from .epilogue import alpha_table, output_scale
 from .group_search import advance_group, ceil_div, warp_tile_range
 from .inline_ptx import asm, ir_i32, ir_i64, lds_u8, lds_u16, lds_u32, lds_v4, sts_b32
+from .routed_groups import RoutedGroups, route, routed_storage
 from .sm90_common import (
     ACC_RESCALE,
     ARCHS,
@@ -102,6 +111,7 @@ from .sm90_common import (
     TILE_M,
     TILE_N,
     compile_host,
+    compile_routed_host,
     consumer_mma,
     consumer_wait,
     decode_scales,
@@ -119,7 +129,7 @@ from .sm90_common import (
 )
 
 FAMILY = "sm90_nvfp4_grouped_gemm"
-__all__ = ["ARCHS", "FAMILY", "THREADS", "TILE_K", "TILE_M", "TILE_N", "compile"]
+__all__ = ["ARCHS", "FAMILY", "THREADS", "TILE_K", "TILE_M", "TILE_N", "compile", "compile_routed"]
 
 NUM_STAGES = 5  # raw (FP4 + scale) TMA pipeline depth
 NUM_DEC_BUFFERS = 4  # decoded FP16 activation buffers (fixed: see the consumer loop)
@@ -386,16 +396,19 @@ def kernel(
     mSFA: cute.Tensor,
     tma_atom_sfb: cute.CopyAtom,
     mSFB: cute.Tensor,
-    tensor_of_abc_ptrs: cute.Tensor,
-    tensor_of_sfasfb_ptrs: cute.Tensor,
+    tensor_of_abc_ptrs: cute.Tensor | None,
+    tensor_of_sfasfb_ptrs: cute.Tensor | None,
     tensormaps: cute.Tensor,
-    tensor_of_problem_sizes: cute.Tensor,
-    tensor_of_cta_prefix: cute.Tensor,
+    tensor_of_problem_sizes: cute.Tensor | None,
+    tensor_of_cta_prefix: cute.Tensor | None,
     num_groups: cutlass.Constexpr[int],
     c_dtype: cutlass.Constexpr,
     alpha_ptrs: cute.Tensor | None,
     tile_m: cutlass.Constexpr[int],
     num_stages: cutlass.Constexpr[int],
+    plan_words: cute.Tensor | None,
+    run_words: cute.Tensor | None,
+    routed_alpha: cutlass.Constexpr[bool],
 ):
     a_raw_bytes = tile_m * TILE_KB
     dec_elems_a = tile_m * TILE_K
@@ -440,6 +453,21 @@ def kernel(
 
     smem = SmemAllocator()
     storage = smem.allocate(SharedStorage)
+    if cutlass.const_expr(plan_words is not None):
+        # a routed variant: this CTA builds the group tables from the device counts
+        # (routed_groups), and the kernel reads them where it reads the global ones
+        warps = THREADS // 32
+        groups = RoutedGroups(
+            smem.allocate(routed_storage(num_groups, warps)), plan_words, run_words,
+            num_groups, warps,
+        )  # fmt: skip
+        route(groups, tile_m, TILE_N, tidx)
+        tensor_of_cta_prefix = groups.prefix
+        tensor_of_problem_sizes = groups.sizes
+        tensor_of_abc_ptrs = groups.abc
+        tensor_of_sfasfb_ptrs = groups.scales
+        if cutlass.const_expr(routed_alpha):
+            alpha_ptrs = groups.alphas
 
     # Raw TMA destinations.
     # (tile_m, TILE_K/2, STAGE)
@@ -831,6 +859,9 @@ def grouped_gemm_host(
         alpha_table(alpha_ptrs_ptr, num_groups),
         tile_m,
         num_stages,
+        None,
+        None,
+        False,
     ).launch(
         grid=(persistent_blocks, 1, 1),
         block=[THREADS, 1, 1],
@@ -838,6 +869,54 @@ def grouped_gemm_host(
         min_blocks_per_mp=blocks_per_sm,
         use_pdl=True,  # see _tile_range
         # several CTAs per SM need the whole unified L1/shared memory as shared memory
+        preferred_smem_carveout=100 if blocks_per_sm > 1 else None,
+    )
+    return
+
+
+@cute.jit
+def routed_gemm_host(
+    ptr_of_plan: cute.Pointer,
+    ptr_of_run: cute.Pointer,
+    ptr_of_tensor_of_tensormap: cute.Pointer,
+    total_num_clusters: cutlass.Int32,
+    persistent_blocks: cutlass.Int32,
+    num_groups: cutlass.Constexpr[int],
+    c_dtype: cutlass.Constexpr,
+    alpha: cutlass.Constexpr[bool],
+    tile_m: cutlass.Constexpr[int],
+    num_stages: cutlass.Constexpr[int],
+    blocks_per_sm: cutlass.Constexpr[int],
+):
+    """Launch a routed variant: a MoE run of up to ``num_groups`` experts whose CTAs build
+    the group tables from the run's device counts (:mod:`.routed_groups`), with no
+    routing kernel before it. ``ptr_of_plan`` / ``ptr_of_run``: the MoE plan's header
+    words and a run slot's words (:mod:`nvfp4_aot.moe_layout`)."""
+    kernel(
+        *host_operands(
+            None,
+            None,
+            None,
+            None,
+            ptr_of_tensor_of_tensormap,
+            persistent_blocks,
+            num_groups,
+            tile_m,
+        ),
+        num_groups,
+        c_dtype,
+        None,
+        tile_m,
+        num_stages,
+        cute.make_tensor(ptr_of_plan, cute.make_layout(P_HEADER_WORDS)),
+        cute.make_tensor(ptr_of_run, cute.make_layout(R_WORDS)),
+        alpha,
+    ).launch(
+        grid=(persistent_blocks, 1, 1),
+        block=[THREADS, 1, 1],
+        cluster=(1, 1, 1),
+        min_blocks_per_mp=blocks_per_sm,
+        use_pdl=True,  # see routed_groups.route
         preferred_smem_carveout=100 if blocks_per_sm > 1 else None,
     )
     return
@@ -859,4 +938,21 @@ def compile(
         raise ValueError(f"tile_m must be 16, 32, 64 or {TILE_M}, got {tile_m}")
     return compile_host(
         grouped_gemm_host, num_groups, out_dtype, alpha, tile_m, num_stages, blocks_per_sm
+    )
+
+
+def compile_routed(
+    num_groups: int,
+    out_dtype: str = "float16",
+    alpha: bool = False,
+    tile_m: int = TILE_M,
+    num_stages: int = NUM_STAGES,
+    blocks_per_sm: int = 1,
+):
+    """Compile the routed variant (:func:`routed_gemm_host`) of the kernel with ``tile_m``
+    -row tiles for MoE plans of up to ``num_groups`` experts; returns the DSL object."""
+    if num_groups + 1 > THREADS:  # route() takes an expert a thread
+        raise ValueError(f"a routed variant serves at most {THREADS - 1} experts, got {num_groups}")
+    return compile_routed_host(
+        routed_gemm_host, num_groups, out_dtype, alpha, tile_m, num_stages, blocks_per_sm
     )

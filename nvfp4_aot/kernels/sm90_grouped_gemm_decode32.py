@@ -10,7 +10,7 @@ from .sm90_common import ARCHS, THREADS, TILE_K, TILE_N
 from .sm90_grouped_gemm_decode import compile_tiles
 
 FAMILY = "sm90_nvfp4_grouped_gemm_decode32"
-__all__ = ["ARCHS", "FAMILY", "THREADS", "TILE_K", "TILE_M", "TILE_N", "compile"]
+__all__ = ["ARCHS", "FAMILY", "THREADS", "TILE_K", "TILE_M", "TILE_N", "compile", "compile_routed"]
 
 TILE_M = 32
 NUM_STAGES = 6  # 12 KB per stage (32 x 64 B activations, 128 x 64 B weights, scales)
@@ -20,3 +20,8 @@ def compile(num_groups: int, out_dtype: str = "float16", alpha: bool = False):
     """Compile the 32-row decode tiles for a fixed group count and epilogue; returns the
     DSL object."""
     return compile_tiles(FAMILY, TILE_M, NUM_STAGES, num_groups, out_dtype, alpha)
+
+
+def compile_routed(num_groups: int, out_dtype: str = "float16", alpha: bool = False):
+    """Compile the routed 32-row decode tiles (MoE plans of up to ``num_groups`` experts)."""
+    return compile_tiles(FAMILY, TILE_M, NUM_STAGES, num_groups, out_dtype, alpha, True)
