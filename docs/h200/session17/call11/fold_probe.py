@@ -3,6 +3,7 @@ Per row: graph replay of plan.run as bench_decode times it (a new routing before
 replay), and of hand-captured launches of the same eager slot: routing + GEMM, the GEMM
 alone (its tables left by the routing kernel), the routing kernel alone. The difference
 run - GEMM alone bounds what folding the routing into the GEMM's producer could save."""
+
 import argparse
 import statistics
 import sys
@@ -11,13 +12,23 @@ from pathlib import Path
 import torch
 
 root = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(root)); sys.path.insert(0, str(root / "bench"))
+sys.path.insert(0, str(root))
+sys.path.insert(0, str(root / "bench"))
 from bench_common import GpuHold, time_steps  # noqa: E402
 from bench_moe import MoeCase, make_weights  # noqa: E402
 
-ROWS = [(64, 1536, 2048, 1), (128, 1536, 2048, 1), (256, 1536, 2048, 1), (64, 2048, 768, 1),
-        (128, 2048, 768, 1), (256, 2048, 768, 1), (128, 2048, 768, 8), (256, 2048, 768, 32),
-        (128, 1536, 2048, 32), (64, 7168, 2048, 1)]
+ROWS = [
+    (64, 1536, 2048, 1),
+    (128, 1536, 2048, 1),
+    (256, 1536, 2048, 1),
+    (64, 2048, 768, 1),
+    (128, 2048, 768, 1),
+    (256, 2048, 768, 1),
+    (128, 2048, 768, 8),
+    (256, 2048, 768, 32),
+    (128, 1536, 2048, 32),
+    (64, 7168, 2048, 1),
+]
 
 
 def graph_of(fn):
@@ -37,7 +48,9 @@ def main():
     device = torch.device("cuda", 0)
     hold = GpuHold()
     weights = {}
-    print("E n k tokens | family | run (bench) | routing+gemm | gemm alone | routing alone | run - gemm")
+    print(
+        "E n k tokens | family | run (bench) | routing+gemm | gemm alone | routing alone | run - gemm"
+    )
     for e, n, k, t in ROWS:
         if (e, n, k) not in weights:
             weights.clear()
@@ -50,16 +63,21 @@ def main():
         slot = launcher._last_slot
         specs, params, calls = launcher._launch_specs, launcher._params[slot], launcher._calls
 
-        def launches(which):
+        def launches(which, calls=calls, specs=specs, params=params):  # this row's
             def fn():
                 s = torch.cuda.current_stream().cuda_stream
                 for i in which:
                     calls.launch(specs[i], s, params[i])
+
             return fn
 
         nl = len(specs)
-        graphs = {"run": case.graph(), "both": graph_of(launches(range(nl))),
-                  "gemm": graph_of(launches(range(1, nl))), "routing": graph_of(launches([0]))}
+        graphs = {
+            "run": case.graph(),
+            "both": graph_of(launches(range(nl))),
+            "gemm": graph_of(launches(range(1, nl))),
+            "routing": graph_of(launches([0])),
+        }
         res = {name: [] for name in graphs}
         for _ in range(args0.passes):
             for name, g in graphs.items():
@@ -67,8 +85,11 @@ def main():
                 times, _ = time_steps(prep, lambda _i, g=g: g.replay(), args0.steps, hold)
                 res[name].append(statistics.median(times))
         med = {name: statistics.median(v) for name, v in res.items()}
-        print(f"{e} {n} {k} {t} | {case.plan.family} | {med['run']:.2f} | {med['both']:.2f} | "
-              f"{med['gemm']:.2f} | {med['routing']:.2f} | {med['run'] - med['gemm']:.2f}", flush=True)
+        print(
+            f"{e} {n} {k} {t} | {case.plan.family} | {med['run']:.2f} | {med['both']:.2f} | "
+            f"{med['gemm']:.2f} | {med['routing']:.2f} | {med['run'] - med['gemm']:.2f}",
+            flush=True,
+        )
         del case, graphs
         torch.cuda.synchronize()
 
