@@ -668,7 +668,7 @@ def zero_padding(form: cutlass.Constexpr[int], experts, capacity, col_tiles, sca
 
 @cute.jit
 def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_mult, stages, fulls,
-                   fp16: cutlass.Constexpr[bool]):  # fmt: skip
+                   fp16: cutlass.Constexpr[bool], operands):  # fmt: skip
     """The warp's units through its ring of STAGES shared-memory stages: lane 0 keeps
     the bulk copies of the next STAGES - 1 units in flight while the warp quantizes one;
     the units' descriptions come 32 rounds at a time (describe_batch), one per lane, and
@@ -699,9 +699,7 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_mult, stag
     col_tiles = cutlass.Int64(plan[Q_COL_TILES])
     row_stride = plan[Q_ROW_STRIDE_BYTES]
     out_row_bytes = plan[Q_OUT_ROW_BYTES]
-    x = run[R_X]
-    out = run[R_OUT]
-    scales = run[R_SCALES]
+    x, out, scales, g_bits = operands
     # this warp's stages and their mbarriers
     stage0 = stages + warp * (STAGES * STAGE_BYTES)
     full0 = fulls + warp * (STAGES * 8)
@@ -721,7 +719,6 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_mult, stag
                    input_rows, blocks, unit_blocks, lane)  # fmt: skip
     # while those copies fly: the multiplier g / sf of every scale byte, once per CTA (a
     # block looks its one up instead of dividing)
-    g_bits = run_int32s(run, R_GLOBAL_SCALE, 1)[0]
     for i in cutlass.range_constexpr(256 // THREADS):
         s_mult[tidx + THREADS * i] = multiplier(tidx + THREADS * i, g_bits)
     cute.arch.barrier()
@@ -757,14 +754,14 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_mult, stag
 
 @cute.jit
 def quantize_form(plan, run, form: cutlass.Constexpr[int], fp16, tables, s_warp, s_mult, stages,
-                  fulls, tidx):  # fmt: skip
+                  fulls, tidx, operands):  # fmt: skip
     """One form's run: the MoE forms' expert tables, then the units in the run's dtype."""
     if form != FORM_PLAIN:
         expert_segments(plan, run, form, *tables, s_warp, tidx)
     if fp16:
-        quantize_units(plan, run, form, tables, s_mult, stages, fulls, True)
+        quantize_units(plan, run, form, tables, s_mult, stages, fulls, True, operands)
     else:
-        quantize_units(plan, run, form, tables, s_mult, stages, fulls, False)
+        quantize_units(plan, run, form, tables, s_mult, stages, fulls, False, operands)
 
 
 @cute.kernel
@@ -794,17 +791,22 @@ def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer):
     stages = storage.stages.data_ptr().toint()
     fulls = storage.fulls.data_ptr().toint()
 
+    # the run's addresses and global scale, read before the form's dispatch (which waits
+    # for the plan words) so that the two round trips overlap
+    operands = (run[R_X], run[R_OUT], run[R_SCALES], run_int32s(run, R_GLOBAL_SCALE, 1)[0])
     # one specialisation a form and dtype: no form's bookkeeping in another's code
     form = cutlass.Int32(plan[Q_FORM])
     fp16 = plan[Q_FP16] != 0
     tables = (s_seg, s_rows, s_unit)
     if form == FORM_PLAIN:
-        quantize_form(plan, run, FORM_PLAIN, fp16, tables, s_warp, s_mult, stages, fulls, tidx)
+        quantize_form(plan, run, FORM_PLAIN, fp16, tables, s_warp, s_mult, stages, fulls, tidx,
+                      operands)  # fmt: skip
     elif form == FORM_CONTIGUOUS:
         quantize_form(plan, run, FORM_CONTIGUOUS, fp16, tables, s_warp, s_mult, stages, fulls,
-                      tidx)  # fmt: skip
+                      tidx, operands)  # fmt: skip
     else:
-        quantize_form(plan, run, FORM_MASKED, fp16, tables, s_warp, s_mult, stages, fulls, tidx)
+        quantize_form(plan, run, FORM_MASKED, fp16, tables, s_warp, s_mult, stages, fulls, tidx,
+                      operands)  # fmt: skip
 
 
 @cute.jit
