@@ -27,9 +27,9 @@ Two layouts, those serving engines use (E experts; B, SFB stacked per expert in 
       SFA E x blocked_scale_bytes(max_m, k), B (E, n, k/2), SFB as above
 
 ``capacity`` is the most tokens a run may route: T (contiguous) or max_m (masked). The
-routing (kernel or routed GEMM) clamps every expert's rows to it, so no routing, however hostile (offsets
-out of order, counts past max_m, negative), makes a kernel read or write outside the
-buffers the plan checked; results for such a routing are unspecified.
+routing (kernel or routed GEMM) clamps every expert's rows to it, so no routing, however
+hostile (offsets out of order, counts past max_m, negative), makes a kernel read or write
+outside the buffers the plan checked; results for such a routing are unspecified.
 """
 
 from __future__ import annotations

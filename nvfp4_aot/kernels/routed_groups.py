@@ -20,7 +20,6 @@ import cutlass
 import cutlass.cute as cute
 
 from ..moe_layout import (
-    LAYOUTS,
     P_A_ROW_BYTES,
     P_B_EXPERT_BYTES,
     P_C_ROW_BYTES,
@@ -39,9 +38,7 @@ from ..moe_layout import (
     R_SFA,
     R_SFB,
 )
-from .moe_routing import place_experts
-
-LAYOUT_CONTIGUOUS = LAYOUTS.index("contiguous")
+from .moe_routing import LAYOUT_CONTIGUOUS, place_experts
 
 
 def routed_storage(num_groups: int, warps: int):
