@@ -23,5 +23,5 @@ hold = GpuHold()
 for steps in (4, 8, 16, 32):
     bench_moe.SYNC_STEPS = steps
     for name, fn in (("ours", ours_step), ("torch", torch_step)):
-        r = bench_moe.sync_check(lambda _i: fn(x, w, 8), hold)
+        r = bench_moe.sync_check(lambda _i, fn=fn: fn(x, w, 8), hold)
         print(steps, name, round(r["host_ms"], 1), r["gpu_still_held"], r["torch_error"])
