@@ -108,11 +108,11 @@ class Chunk:
     persistent_blocks: int
     tiles_bound: int  # the most tiles any routing gives it (the kernel's host-only input)
     grid: tuple[int, int, int]
-    sizes_offset: int
+    sizes_offset: int  # the table offsets: 0 in a routed plan (no tables)
     abc_offset: int
     scales_offset: int
     prefix_offset: int
-    alpha_offset: int | None  # None: the variant has no alpha
+    alpha_offset: int | None  # None: no alpha table (no alpha, or a routed plan)
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,7 @@ class MoeLayout(SlotRing):
                 )
             gemm_variants = {routed_variant.num_groups: routed_variant}
         split = split_groups(experts, list(gemm_variants))
-        routing_variant = None
+        routing_variant = None  # and no tables: a routed plan
         if routed_variant is None:
             largest = max(g for _start, _stop, g in split)
             fitting = [g for g in routing_variants if g >= largest]
@@ -191,14 +191,16 @@ class MoeLayout(SlotRing):
             bound = min(row_tiles * ceil_div(n, tile_n), validation.INT32_MAX)
             blocks = persistent_blocks(bound, sm_count, variant.blocks_per_sm)
             grid = launch_grid(variant, {"persistent_blocks": blocks, "total_tiles": bound})
-            sizes_offset = offset
-            abc_offset = round_up(sizes_offset + 16 * g, ALIGN)
-            scales_offset = round_up(abc_offset + 24 * g, ALIGN)
-            prefix_offset = round_up(scales_offset + 16 * g, ALIGN)
-            offset = round_up(prefix_offset + 4 * (g + 1), ALIGN)
+            sizes_offset = abc_offset = scales_offset = prefix_offset = 0
             alpha_offset = None
-            if variant.alpha:
-                alpha_offset, offset = offset, round_up(offset + 8 * g, ALIGN)
+            if routing_variant is not None:  # the tables the routing kernel writes
+                sizes_offset = offset
+                abc_offset = round_up(sizes_offset + 16 * g, ALIGN)
+                scales_offset = round_up(abc_offset + 24 * g, ALIGN)
+                prefix_offset = round_up(scales_offset + 16 * g, ALIGN)
+                offset = round_up(prefix_offset + 4 * (g + 1), ALIGN)
+                if variant.alpha:
+                    alpha_offset, offset = offset, round_up(offset + 8 * g, ALIGN)
             chunks.append(
                 Chunk(start, count, g, blocks, bound, grid,
                       sizes_offset, abc_offset, scales_offset, prefix_offset, alpha_offset)
@@ -211,8 +213,6 @@ class MoeLayout(SlotRing):
                 len(chunks), launch_grid(routing_variant, {"num_chunks": len(chunks)})
             )
             records = len(chunks)
-        else:
-            offset = 0
         words_bytes = round_up(8 * (P_HEADER_WORDS + C_WORDS * records), ALIGN)
         tables_offset = 2 * words_bytes
         tables_bytes = offset

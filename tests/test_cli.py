@@ -120,7 +120,7 @@ class ComputingDriver(FakeDriver):
             return
         if variant.role == ROLE_ROUTED_GEMM:  # the tables from the counts, as its CTAs do
             tables = self.routed_tables(pointer("plan"), pointer("run"), variant.num_groups)
-            self.gemm(variant, *tables[:3], tables[4], launch)
+            self.gemm(variant, *tables[:3], tables[4])
             return
         g_count = variant.num_groups
         sizes = np.frombuffer(self.read(pointer("problem_sizes"), g_count * 16), np.int32)
@@ -129,9 +129,9 @@ class ComputingDriver(FakeDriver):
         alphas = None
         if variant.alpha:
             alphas = np.frombuffer(self.read(pointer("alpha_pointers"), g_count * 8), np.uint64)
-        self.gemm(variant, sizes, abc, scales, alphas, launch)
+        self.gemm(variant, sizes, abc, scales, alphas)
 
-    def gemm(self, variant, sizes, abc, scales, alphas, launch) -> None:
+    def gemm(self, variant, sizes, abc, scales, alphas) -> None:
         """The grouped GEMM over its tables (flat arrays, as in memory)."""
         sizes, abc, scales = (np.ravel(t) for t in (sizes, abc, scales))
         for g in range(variant.num_groups):

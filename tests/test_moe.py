@@ -146,6 +146,8 @@ def test_a_routed_layout_is_one_launch_without_tables(layout):
     assert plan.routing is None and plan.variants == (routed,) and plan.gemm_variant is routed
     (chunk,) = plan.launches
     assert (chunk.first, chunk.experts, chunk.num_groups) == (0, 256, 256)
+    assert routed.alpha and (chunk.sizes_offset, chunk.prefix_offset, chunk.alpha_offset) == (
+        0, 0, None)  # fmt: skip
     assert plan.tables_bytes == 0 and plan.words_bytes == round_up(8 * P_HEADER_WORDS, ALIGN)
     assert all(size for _offset, size in plan.zero_once())  # no empty region to clear
     base = 1 << 40

@@ -10,7 +10,7 @@ the build, the kernels and the runtime agree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..manifest import (
     EPILOGUES,
@@ -49,9 +49,9 @@ def _routed(family: KernelFamily) -> KernelFamily:
     """The routed twin of a per-CTA sm_90a GEMM family: the same kernel for MoE plans of up
     to 256 experts whose CTAs build the group tables from the device counts, so the
     routing kernel does not run before it (nvfp4_aot/kernels/routed_groups.py)."""
-    return KernelFamily(
-        family.name + ROUTED_SUFFIX, family.module, family.archs, family.workspace,
-        ROLE_ROUTED_GEMM, (256,), family.epilogues, family.blocks_per_sm, "compile_routed",
+    return replace(
+        family, name=family.name + ROUTED_SUFFIX, role=ROLE_ROUTED_GEMM, groups=(256,),
+        entry="compile_routed",
     )  # fmt: skip
 
 
