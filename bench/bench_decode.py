@@ -82,6 +82,7 @@ from bench_moe import (  # noqa: E402
     TOP_K,
     MoeCase,
     Router,
+    add_case_options,
     eager_wall,
     make_weights,
     touched_bytes,
@@ -284,12 +285,7 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=100, help="most steps per measurement")
     parser.add_argument("--quick", action="store_true",
                         help=f"smoke subset {QUICK}, 12 steps per measurement")  # fmt: skip
-    parser.add_argument("--kernel", help="force this GEMM kernel family")
-    parser.add_argument("--routing-kernel", action="store_true",
-                        help="run the routing kernel before the GEMM (MoeGemmPlan(routed=False)), "
-                             "not the family's routed GEMM, which routes itself")  # fmt: skip
-    parser.add_argument("--pointers", action="store_true",
-                        help="pass int device pointers to run() instead of torch tensors")  # fmt: skip
+    add_case_options(parser)
     parser.add_argument("--budget-s", type=float, default=420,
                         help="start no configuration after this many seconds")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)

@@ -199,6 +199,17 @@ def touched_bytes(counts: np.ndarray, n: int, k: int) -> int:
     return active * (n * k // 2 + blocked_bytes(n, k)) + rows * (k // 2 + k // 16 + 2 * n)
 
 
+def add_case_options(parser) -> None:
+    """The options :class:`MoeCase` reads (``args.kernel``, ``args.routing_kernel``,
+    ``args.pointers``; bench_decode.py takes them too)."""
+    parser.add_argument("--kernel", help="force this GEMM kernel family")
+    parser.add_argument("--routing-kernel", action="store_true",
+                        help="run the routing kernel before the GEMM (MoeGemmPlan(routed=False)), "
+                             "not the family's routed GEMM, which routes itself")  # fmt: skip
+    parser.add_argument("--pointers", action="store_true",
+                        help="pass int device pointers to run() instead of torch tensors")  # fmt: skip
+
+
 class MoeCase:
     """One benchmark configuration's plan and device data (shared with bench_decode.py):
     ours (contiguous, capacity = tokens * TOP_K) and the BF16 operands of the baselines,
@@ -382,12 +393,7 @@ def main(argv=None) -> int:
                         help=f"tokens per step (repeatable; default {TOKENS})")  # fmt: skip
     parser.add_argument("--steps", type=int, default=200, help="steps per measurement")
     parser.add_argument("--quick", action="store_true", help="40 steps per measurement")
-    parser.add_argument("--kernel", help="force this GEMM kernel family")
-    parser.add_argument("--routing-kernel", action="store_true",
-                        help="run the routing kernel before the GEMM (MoeGemmPlan(routed=False)), "
-                             "not the family's routed GEMM, which routes itself")  # fmt: skip
-    parser.add_argument("--pointers", action="store_true",
-                        help="pass int device pointers to run() instead of torch tensors")  # fmt: skip
+    add_case_options(parser)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
