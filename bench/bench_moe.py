@@ -84,11 +84,14 @@ HIDDEN_POOL = 16  # hidden states x bias rows: HIDDEN_POOL ** 2 different routin
 EAGER_POOL = 8  # routings ours eager cycles through (<= the plan's ring slots)
 SAMPLE = 64  # routings read back to the host for the floor and the experts hit
 STEP_BUDGET_MS = 1500  # GPU time one measurement may take; fewer steps beyond it
-# 16 steps: at 32 eager steps of the fused MoE layer the host blocks behind a held GPU
-# in torch's BF16 version as in ours (the driver's launch queue is full; session 17
-# call 21), which would read as a wait of ours; 250 ms: a slow host's 16 eager layer
-# steps took 56 ms (call 22)
+# 250 ms: a slow host's 16 eager layer steps took 56 ms (session 17 call 22)
 SYNC_STEPS, SYNC_HOLD_MS = 16, 250.0
+# GPU activities (kernels, copies) the driver queues behind a held GPU before a launch
+# blocks the host, whoever launches: torch's own BF16 layer blocks with 1,344 queued and
+# ours with 1,296, neither with 944-992 (session 17 call 21, session 18 call 1); the sync
+# check queues fewer steps where a step launches more, so that a full queue does not
+# read as a wait of ours
+LAUNCH_QUEUE = 900
 
 
 class Router:
@@ -149,16 +152,29 @@ def eager_wall(fn, steps: int, batches: int = 4):
     return walls, host
 
 
+def gpu_activities(fn) -> int:
+    """Kernels and copies one ``fn(0)`` puts on the GPU (torch.profiler: CUPTI sees the
+    driver-API launches of ours too)."""
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn(0)
+        torch.cuda.synchronize()
+    return sum(e.device_type == torch.autograd.DeviceType.CUDA for e in prof.events())
+
+
 def sync_check(fn, hold: GpuHold) -> dict:
-    """Queue SYNC_STEPS steps behind a GPU hold under torch's sync debug mode "error": a
+    """Queue SYNC_STEPS steps (fewer if they would launch more than LAUNCH_QUEUE GPU
+    activities, at least 2) behind a GPU hold under torch's sync debug mode "error": a
     torch sync raises; a wait in any other call (ours) makes the host outlast the hold."""
+    activities = gpu_activities(fn)
+    steps = max(2, min(SYNC_STEPS, LAUNCH_QUEUE // max(activities, 1)))
     torch.cuda.synchronize()
     hold(SYNC_HOLD_MS)
     error = None
     start = time.perf_counter()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        for i in range(SYNC_STEPS):
+        for i in range(steps):
             fn(i)
     except RuntimeError as exc:
         error = str(exc).splitlines()[0][:160]
@@ -168,7 +184,8 @@ def sync_check(fn, hold: GpuHold) -> dict:
     pending = not torch.cuda.current_stream().query()  # still held: nothing waited
     torch.cuda.synchronize()
     ok = error is None and pending and host_ms < SYNC_HOLD_MS
-    return {"ok": ok, "torch_error": error, "host_ms": host_ms, "gpu_still_held": pending}
+    return {"ok": ok, "torch_error": error, "host_ms": host_ms, "gpu_still_held": pending,
+            "steps": steps, "activities_per_step": activities}  # fmt: skip
 
 
 def spot_check(plan_run, a, sfa, weights16, routing: torch.Tensor, c, k: int) -> dict:

@@ -32,9 +32,10 @@ Columns (per configuration and T; medians):
                 FP4 for ours; x read and y written, BF16) / the device-to-device copy
                 bandwidth measured in this run; "bf16 floor" the same with BF16 weights
   % floor       floor / ours graph
-  syncs         "0" when 16 eager steps of ours were queued under
+  syncs         "0" when 16 eager steps of ours (fewer where 16 would fill the driver's
+                launch queue: bench_moe.sync_check) were queued under
                 torch.cuda.set_sync_debug_mode("error") behind a 250 ms GPU hold before the
-                hold ended (bench_moe.sync_check: no call waited for the GPU)
+                hold ended (no call waited for the GPU)
   vs bf16       ||y_ours - y_grouped_mm|| / ||y_grouped_mm||: W4A4 quantization error
                 (about 0.1 - 0.2 for random data); above 0.5 or non-finite is a FAILURE
 

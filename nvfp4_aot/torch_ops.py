@@ -192,9 +192,18 @@ def global_scale(x):
     reciprocal is the tensor's factor of a GEMM's alpha (input_scale)."""
     import torch
 
-    amax = x.abs().amax().float().reshape(1)
-    numerator = torch.full_like(amax, 448.0 * 6.0)
-    return torch.where(amax > 0, numerator / amax, torch.ones_like(amax))
+    # one reduction (|x| and the float32 cast fused) and three element-wise kernels, a
+    # MoE layer two of these a step (were eight kernels each). The numerator is a CPU
+    # scalar tensor, which the division kernel takes as an argument: torch computes a
+    # Python number / tensor as reciprocal times number, not the quotient
+    global _NUMERATOR
+    if _NUMERATOR is None:
+        _NUMERATOR = torch.tensor(448.0 * 6.0, dtype=torch.float32)
+    amax = torch.linalg.vector_norm(x, float("inf"), dtype=torch.float32).reshape(1)
+    return torch.where(amax > 0, _NUMERATOR / amax, 1.0)
+
+
+_NUMERATOR = None  # float32 2688 on the CPU, made on first use (torch is imported late)
 
 
 class Routing(NamedTuple):
@@ -409,9 +418,15 @@ def _scale_bytes(experts, n, k, layout, capacity) -> tuple[int, int]:
 
 
 def _moe_gemm_fake(a, b, sfa, sfb, routing, layout="contiguous", alpha=None, out_dtype=None):
+    problem = _check(a, b, sfa, sfb, routing, None, layout, False, alpha)
+    return _new_out(a, problem, layout, out_dtype)
+
+
+def _new_out(a, problem: tuple, layout: str, out_dtype):
+    """An empty C of a checked call's (experts, n, k, capacity) on a's device."""
     import torch
 
-    experts, n, _k, capacity = _check(a, b, sfa, sfb, routing, None, layout, False, alpha)
+    experts, n, _k, capacity = problem
     shape = (experts, capacity, n) if layout == "masked" else (capacity, n)
     if out_dtype not in (None, torch.float16, torch.bfloat16):
         raise InvalidProblemError(f"out_dtype must be float16 or bfloat16, got {out_dtype}")
@@ -423,15 +438,23 @@ def _moe_gemm_out_fake(a, b, sfa, sfb, routing, out, layout="contiguous", alpha=
 
 
 def _moe_gemm_cuda(a, b, sfa, sfb, routing, layout="contiguous", alpha=None, out_dtype=None):
-    out = _moe_gemm_fake(a, b, sfa, sfb, routing, layout, alpha, out_dtype)
-    _moe_gemm_out_cuda(a, b, sfa, sfb, routing, out, layout, alpha)
+    # checked once (the operands; C is ours): each check is ~25 tensor attribute reads
+    problem = _check(a, b, sfa, sfb, routing, None, layout, True, alpha)
+    out = _new_out(a, problem, layout, out_dtype)
+    _launch_moe_gemm(a, b, sfa, sfb, routing, out, layout, alpha, problem)
     return out
 
 
 def _moe_gemm_out_cuda(a, b, sfa, sfb, routing, out, layout="contiguous", alpha=None):
+    problem = _check(a, b, sfa, sfb, routing, out, layout, True, alpha)
+    _launch_moe_gemm(a, b, sfa, sfb, routing, out, layout, alpha, problem)
+
+
+def _launch_moe_gemm(a, b, sfa, sfb, routing, out, layout, alpha, problem: tuple):
+    """One checked call's launch on the current stream, by the plan of its key."""
     import torch
 
-    experts, n, k, capacity = _check(a, b, sfa, sfb, routing, out, layout, True, alpha)
+    experts, n, k, capacity = problem
     if capacity == 0:
         return  # no rows: nothing to write
     device = a.device
@@ -449,9 +472,19 @@ def _moe_gemm_out_cuda(a, b, sfa, sfb, routing, out, layout="contiguous", alpha=
         with _lock:
             _captured.add(key)
     plan.run(
-        *pointers, stream=torch.cuda.current_stream(device).cuda_stream,
+        *pointers, stream=_current_stream(torch, device),
         alpha=None if alpha is None else alpha.data_ptr(),
     )  # fmt: skip
+
+
+def _current_stream(torch, device) -> int:
+    """The handle of ``device``'s current stream: torch's raw accessor where it has one
+    (what torch.compile's generated code calls; ~0.3 µs), else through a Stream object
+    (``torch.cuda.current_stream``: 4-7 µs on the lent H200 host, session 18)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is None:
+        return torch.cuda.current_stream(device).cuda_stream
+    return raw(device.index)
 
 
 def _new_plan(key: tuple, capturing: bool):
@@ -582,27 +615,40 @@ def _quantize_check(x, global_scale, routing, index, form: str, real: bool):
     # int(): a symbolic size (torch.compile, dynamic shapes) is specialised here
     problem = make_problem(int(x.shape[-1]), form, rows, capacity, experts, dtypes[x.dtype], None)
     if real:
-        for name, t in (("x", x), ("global_scale", global_scale), ("routing", routing),
-                        ("index", index)):  # fmt: skip
-            if t is None:
-                continue
-            if t.device != x.device:
-                raise InvalidProblemError(f"{name} is on {t.device}, x is on {x.device}")
-            if not t.is_contiguous():
-                raise InvalidProblemError(f"{name} must be contiguous, got strides {t.stride()}")
+        _check_placement(x, (("global_scale", global_scale), ("routing", routing),
+                             ("index", index)))  # fmt: skip
     return problem
+
+
+def _check_placement(x, others) -> None:
+    """x and the (name, tensor or None) ``others`` contiguous and on x's device."""
+    if not x.is_contiguous():
+        raise InvalidProblemError(f"x must be contiguous, got strides {x.stride()}")
+    device = x.device
+    for name, t in others:
+        if t is None:
+            continue
+        if t.device != device:
+            raise InvalidProblemError(f"{name} is on {t.device}, x is on {device}")
+        if not t.is_contiguous():
+            raise InvalidProblemError(f"{name} must be contiguous, got strides {t.stride()}")
+
+
+def _quantize_shapes(problem) -> tuple[tuple, int]:
+    """(packed's shape, the scales' bytes) of a problem."""
+    if problem.form == "masked":
+        shape = (problem.experts, problem.capacity, problem.k // 2)
+    else:
+        shape = (problem.output_rows, problem.k // 2)
+    return shape, problem.operand_bytes()["scales"]
 
 
 def _quantize_outputs(x, problem):
     """Empty (packed, scales) of a problem's shapes, on x's device."""
     import torch
 
-    if problem.form == "masked":
-        shape = (problem.experts, problem.capacity, problem.k // 2)
-    else:
-        shape = (problem.output_rows, problem.k // 2)
-    packed = x.new_empty(shape, dtype=torch.uint8)
-    return packed, x.new_empty((problem.operand_bytes()["scales"],), dtype=torch.uint8)
+    shape, scale_bytes = _quantize_shapes(problem)
+    return x.new_empty(shape, dtype=torch.uint8), x.new_empty((scale_bytes,), dtype=torch.uint8)
 
 
 def _quantize_fake(x, global_scale, routing=None, index=None, form="plain"):
@@ -612,8 +658,9 @@ def _quantize_fake(x, global_scale, routing=None, index=None, form="plain"):
 def _quantize_cuda(x, global_scale, routing=None, index=None, form="plain"):
     import torch
 
-    p = _quantize_check(x, global_scale, routing, index, form, True)
-    packed, scales = _quantize_outputs(x, p)
+    p, packed_shape, scale_bytes = _quantize_signature(x, global_scale, routing, index, form)
+    packed = x.new_empty(packed_shape, dtype=torch.uint8)
+    scales = x.new_empty((scale_bytes,), dtype=torch.uint8)
     device = x.device
     key = ("quantize", device.index, p.form, p.rows, p.capacity, p.experts, p.k, p.dtype)
     capturing = torch.cuda.is_current_stream_capturing()
@@ -639,9 +686,33 @@ def _quantize_cuda(x, global_scale, routing=None, index=None, form="plain"):
         x.data_ptr(), packed.data_ptr(), scales.data_ptr(), global_scale.data_ptr(),
         None if routing is None else routing.data_ptr(),
         None if index is None else index.data_ptr(),
-        stream=torch.cuda.current_stream(device).cuda_stream,
+        stream=_current_stream(torch, device),
     )  # fmt: skip
     return packed, scales
+
+
+_QUANTIZE_SIGNATURES: dict[tuple, tuple] = {}  # a call's signature -> its checked problem
+MAX_SIGNATURES = 1024
+
+
+def _quantize_signature(x, global_scale, routing, index, form: str):
+    """(problem, packed shape, scale bytes) of a real call. What the problem depends on
+    (form, dtypes and shapes) is checked once per signature; devices and contiguity,
+    which any call may change, every call."""
+    key = (
+        form, x.dtype, tuple(x.shape), global_scale.dtype, global_scale.numel(),
+        None if routing is None else (routing.dtype, tuple(routing.shape)),
+        None if index is None else (index.dtype, tuple(index.shape)),
+    )  # fmt: skip
+    found = _QUANTIZE_SIGNATURES.get(key)
+    if found is None:
+        problem = _quantize_check(x, global_scale, routing, index, form, False)
+        found = (problem, *_quantize_shapes(problem))
+        if len(_QUANTIZE_SIGNATURES) >= MAX_SIGNATURES:
+            _QUANTIZE_SIGNATURES.clear()
+        _QUANTIZE_SIGNATURES[key] = found
+    _check_placement(x, (("global_scale", global_scale), ("routing", routing), ("index", index)))
+    return found
 
 
 def _quantize_cpu(x, global_scale, routing=None, index=None, form="plain"):

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from nvfp4_aot.moe_data import ROUTING_KINDS, MoeProblem, random_counts
+from nvfp4_aot.quantize import default_global_scale
 from nvfp4_aot.reference import relative_error
 from support import gpu_unavailable
 
@@ -303,6 +304,15 @@ def _quantizer_matches(torch, x, g, routing, index, form, label):
     return packed, scales
 
 
+def test_current_stream_handle_is_torchs(torch, ops):
+    """The ops launch on the stream torch.cuda.current_stream names, a side stream too."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    assert ops._current_stream(torch, device) == torch.cuda.current_stream(device).cuda_stream
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        assert ops._current_stream(torch, device) == side.cuda_stream != 0
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("rows,k", [(1, 16), (3, 48), (129, 160), (1000, 2048), (64, 7168)])
 def test_quantize_op_bytes_equal_numpy(torch, ops, dtype, rows, k):
@@ -310,6 +320,7 @@ def test_quantize_op_bytes_equal_numpy(torch, ops, dtype, rows, k):
     x = (torch.randn(rows, k, device="cuda", generator=gen) * 5).to(getattr(torch, dtype))
     x[0, :16] = 0  # an all-zero block
     g = ops.global_scale(x)
+    assert g.is_cuda and float(g) == float(default_global_scale(x.float().cpu().numpy()))
     _quantizer_matches(torch, x, g, None, None, "plain", f"plain {rows}x{k} {dtype}")
     _quantizer_matches(torch, x, torch.tensor([0.37], device="cuda"), None, None, "plain",
                        f"plain {rows}x{k} {dtype}, small g")  # fmt: skip

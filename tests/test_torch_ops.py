@@ -361,9 +361,7 @@ def test_cuda_path_plans_and_graph_slots(torch, ops, monkeypatch):
     capturing = [False]
     monkeypatch.setattr(moe, "MoeGemmPlan", RecordingPlan)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
-    monkeypatch.setattr(
-        torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": 77})()
-    )
+    monkeypatch.setattr(ops, "_current_stream", lambda _torch, _device: 77)
     RecordingPlan.made = []
     ops.release_plans()
     a, b, sfa, sfb, routing = (
@@ -432,6 +430,32 @@ def test_quantize_plain_cpu_equals_numpy(torch, ops, dtype, rows, k):
     assert np.array_equal(packed.numpy(), q.packed)
     assert np.array_equal(scales.numpy(), q.scales_blocked)
     assert float(ops.global_scale(torch.zeros(4, 16, dtype=torch.bfloat16))) == 1.0
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_global_scale_special_values(torch, ops, dtype):
+    """2688 / amax(|x|) in float32 (the former eight-kernel expression), 1 for all zeros,
+    also where amax is NaN, inf, negative-signed or subnormal."""
+    rng = np.random.default_rng(7)
+    base = bf16(torch, rng, (3, 32)).to(getattr(torch, dtype))
+    tiny = torch.finfo(getattr(torch, dtype)).smallest_normal / 4
+    cases = {"random": base, "zeros": torch.zeros_like(base), "-7 largest": base.clone(),
+             "nan": base.clone(), "inf": base.clone(), "subnormal": torch.full_like(base, tiny)}  # fmt: skip
+    cases["-7 largest"][1, 3] = -7.0 * float(base.abs().max())
+    cases["nan"][2, 5] = float("nan")
+    cases["inf"][0, 0] = float("-inf")
+    for name, x in cases.items():
+        amax = x.abs().amax().float().reshape(1)
+        expected = torch.where(
+            amax > 0, torch.full_like(amax, 2688.0) / amax, torch.ones_like(amax)
+        )
+        got = ops.global_scale(x)
+        assert got.dtype == torch.float32 and tuple(got.shape) == (1,), name
+        assert torch.equal(got, expected) or (got.isnan() & expected.isnan()).all(), (
+            name,
+            got,
+            expected,
+        )
 
 
 def test_quantize_contiguous_cpu_is_the_gemm_layout(torch, ops):
@@ -581,6 +605,26 @@ class RecordingQuantizePlan:
         self.closed = True
 
 
+def test_current_stream_prefers_the_raw_accessor():
+    """The stream handle comes from torch's raw accessor where torch has one (no Stream
+    object), else from torch.cuda.current_stream, for the given device either way (fakes
+    of torch: runs without it)."""
+    from types import SimpleNamespace
+
+    from nvfp4_aot import torch_ops as ops
+
+    device = SimpleNamespace(index=3)
+    asked = []
+    fallback = SimpleNamespace(
+        current_stream=lambda d: asked.append(d) or SimpleNamespace(cuda_stream=9)
+    )
+    with_raw = SimpleNamespace(_C=SimpleNamespace(_cuda_getCurrentRawStream=lambda i: 1000 + i),
+                               cuda=fallback)  # fmt: skip
+    assert ops._current_stream(with_raw, device) == 1003 and asked == []
+    without = SimpleNamespace(_C=SimpleNamespace(), cuda=fallback)
+    assert ops._current_stream(without, device) == 9 and asked == [device]
+
+
 def test_quantize_cuda_path_plans(torch, ops, monkeypatch):
     """The CUDA implementation's host side on CPU tensors, QuantizePlan and torch.cuda
     stubbed: one plan per shape, pointers (None for absent operands) and the current
@@ -590,9 +634,7 @@ def test_quantize_cuda_path_plans(torch, ops, monkeypatch):
     capturing = [False]
     monkeypatch.setattr(quantizer, "QuantizePlan", RecordingQuantizePlan)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
-    monkeypatch.setattr(
-        torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": 55})()
-    )
+    monkeypatch.setattr(ops, "_current_stream", lambda _torch, _device: 55)
     RecordingQuantizePlan.made = []
     ops.release_plans()
     x = torch.zeros(20, 64, dtype=torch.bfloat16)
@@ -610,6 +652,11 @@ def test_quantize_cuda_path_plans(torch, ops, monkeypatch):
     assert pointers[0] == x.data_ptr() and pointers[3:] == (g.data_ptr(), offsets.data_ptr(),
                                                             index.data_ptr())  # fmt: skip
     assert tuple(packed.shape) == (40, 32) and scales.numel() == contiguous_scale_rows(40, 3) * 4
+    # a known signature is checked for placement again: a transposed x of the same shape
+    with pytest.raises(InvalidProblemError, match="x must be contiguous"):
+        run(torch.zeros(64, 20, dtype=torch.bfloat16).t(), g, offsets, index, "contiguous")
+    with pytest.raises(InvalidProblemError, match="index must be contiguous"):
+        run(x, g, offsets, torch.zeros(80, dtype=torch.int32)[::2], "contiguous")
     run(x, g)  # plain: another plan, routing and index None
     assert RecordingQuantizePlan.made[-1].key[:5] == (64, "plain", 20, 20, 1)
     assert RecordingQuantizePlan.made[-1].runs[0][0][4:] == (None, None)
@@ -632,9 +679,7 @@ def test_quantize_cuda_path_with_the_real_plan(torch, ops, monkeypatch):
     from support import kernel_params_of
 
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    monkeypatch.setattr(
-        torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": 0})()
-    )
+    monkeypatch.setattr(ops, "_current_stream", lambda _torch, _device: 0)
     ops.release_plans()
     fake = FakeDriver(capability=(9, 0), kernel_params=kernel_params_of(loader.load_manifest()))
     with installed(fake):

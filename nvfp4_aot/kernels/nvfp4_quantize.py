@@ -75,6 +75,7 @@ from cutlass.cute.runtime import make_ptr
 from cutlass.cutlass_dsl import dsl_user_op
 from cutlass.memory import SmemAllocator
 
+from ..moe_layout import LAYOUTS
 from ..quantize_layout import (
     FORM_CONTIGUOUS,
     FORM_MASKED,
@@ -107,6 +108,7 @@ from ..quantize_layout import (
 from . import family_named
 from .cta_scan import block_scan
 from .inline_ptx import asm, asm_i32s, ir_i32, ir_i64, lds_v4, mbar_wait
+from .moe_routing import expert_rows
 
 FAMILY = "nvfp4_quantize"
 ARCHS = ("sm_90a", "sm_100a", "sm_103a")
@@ -421,6 +423,12 @@ def multiplier(scale_byte: cutlass.Int32, g_bits: cutlass.Int32, *, loc=None, ip
 # ---------------------------------------------------------------------------------------
 
 
+def routing_layout(form: int) -> int:
+    """A MoE form's counts in the routing kernel's encoding (:func:`.moe_routing.expert_rows`
+    clamps them for both; the plain form, traced beside the MoE ones, reads none)."""
+    return LAYOUTS.index("contiguous" if form == FORM_CONTIGUOUS else "masked")
+
+
 @cute.jit
 def clamp(value, low, high):
     return cutlass.min(cutlass.max(value, low), high)
@@ -454,11 +462,7 @@ def expert_segments(plan, run, form: cutlass.Constexpr[int], s_seg, s_rows, s_un
         expert = base + tidx
         rows = cutlass.Int32(0)
         if expert < experts:
-            if form == FORM_CONTIGUOUS:  # counts: offsets[E + 1]
-                first = clamp(counts[expert], 0, capacity)
-                rows = clamp(counts[expert + 1], first, capacity) - first
-            else:  # masked: counts: masked_m[E]
-                rows = clamp(counts[expert], 0, capacity)
+            _first, rows = expert_rows(expert, counts, routing_layout(form), capacity)
         if form == FORM_CONTIGUOUS:  # masked segments are e * per_expert: no scan
             before, total = block_scan(padded_rows(rows), s_warp, tidx)
             if expert < experts:
@@ -477,10 +481,10 @@ def expert_segments(plan, run, form: cutlass.Constexpr[int], s_seg, s_rows, s_un
 
 
 @cute.jit
-def locate(plan, run, u, form: cutlass.Constexpr[int], s_seg, s_rows, s_unit):
+def locate(plan, run, u, form: cutlass.Constexpr[int], scale_rows, s_seg, s_rows, s_unit):
     """(kind, input row, output row, scale row) of unit row ``u`` (a token row) for this
-    run's routing; ROW_NONE for one whose scale row is past the plan's (a routing whose
-    clamped counts overlap). The input row of an indexed contiguous row is the index
+    run's routing; ROW_NONE for one whose scale row is past the plan's ``scale_rows`` (a
+    routing whose clamped counts overlap). The input row of an indexed contiguous row is the index
     entry as read (the copy clamps it, one unit later, so that the load's latency hides
     behind a unit's math)."""
     kind = cutlass.Int32(ROW_NONE)
@@ -507,13 +511,12 @@ def locate(plan, run, u, form: cutlass.Constexpr[int], s_seg, s_rows, s_unit):
         expert = cutlass.max(low - 1, 0)
         r = u - s_unit[expert]
         s = s_seg[expert] + r
-        if s < cutlass.Int32(plan[Q_UNITS]) // cutlass.Int32(plan[Q_SEGMENTS]):
+        if s < scale_rows:
             kind = cutlass.Int32(ROW_TOKENS)
             # the expert's first output row, from the counts as the scan read them (no
             # shared table: 4 KB less a CTA)
-            first = expert * capacity
-            if form == FORM_CONTIGUOUS:
-                first = clamp(run_int32s(run, R_ROUTING, MAX_EXPERTS + 1)[expert], 0, capacity)
+            counts = run_int32s(run, R_ROUTING, MAX_EXPERTS + 1)
+            first, _rows = expert_rows(expert, counts, routing_layout(form), capacity)
             out_row = first + r
             in_row = out_row
             if form == FORM_CONTIGUOUS and run[R_INDEX] != 0:
@@ -522,9 +525,8 @@ def locate(plan, run, u, form: cutlass.Constexpr[int], s_seg, s_rows, s_unit):
 
 
 @cute.jit
-def describe_batch(first_round, warp_index, step, plan, run, units, segments,
-                   form: cutlass.Constexpr[int], s_seg,
-                   s_rows, s_unit, lane):  # fmt: skip
+def describe_batch(first_round, warp_index, step, plan, run, units, segments, scale_rows,
+                   form: cutlass.Constexpr[int], s_seg, s_rows, s_unit, lane):  # fmt: skip
     """Lane l's description of this warp's unit in round first_round + l: (kind, input
     row, output row, scale row, segment), ROW_NONE past the run's last unit. A
     warp describes 32 rounds at once, so that the routing's dependent loads (the segment
@@ -539,7 +541,7 @@ def describe_batch(first_round, warp_index, step, plan, run, units, segments,
     if unit < units:
         u = unit // segments
         segment = unit - u * segments
-        kind, in_row, out_row, s = locate(plan, run, u, form, s_seg, s_rows, s_unit)
+        kind, in_row, out_row, s = locate(plan, run, u, form, scale_rows, s_seg, s_rows, s_unit)
     return kind, in_row, out_row, s, segment
 
 
@@ -689,6 +691,7 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_mult, stag
     unit_blocks = cutlass.Int32(plan[Q_SEGMENT_BLOCKS])  # 128, 64 or 32
     capacity = cutlass.Int32(plan[Q_CAPACITY])
     scale_units = cutlass.Int32(plan[Q_UNITS])  # the plan's scale rows x segments
+    scale_rows = scale_units // segments
     # the token rows' units: plain T's; MoE this routing's (at most the plan's scale rows')
     experts = cutlass.Int32(1)
     units = capacity * segments
@@ -712,7 +715,7 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_mult, stag
     step = ctas * WARPS
     warp_index = cta * WARPS + warp
     k0, i0, o0, s0, e0 = describe_batch(0, warp_index, step, plan, run, units, segments,
-                                            form, *tables, lane)  # fmt: skip
+                                        scale_rows, form, *tables, lane)  # fmt: skip
     for d in cutlass.range_constexpr(AHEAD):
         take(units_ahead, d, (k0, i0, o0, s0, e0), d)
         start_copy(units_ahead, d, stage0 + d * STAGE_BYTES, full0 + 8 * d, x, row_stride,
@@ -722,8 +725,8 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_mult, stag
     for i in cutlass.range_constexpr(256 // THREADS):
         s_mult[tidx + THREADS * i] = multiplier(tidx + THREADS * i, g_bits)
     cute.arch.barrier()
-    zero_padding(form, experts, capacity, col_tiles, scale_units // segments // SF_ROWS, scales,
-                 tables[0], tables[1], warp_index, step, lane)  # fmt: skip
+    zero_padding(form, experts, capacity, col_tiles, scale_rows // SF_ROWS, scales, tables[0],
+                 tables[1], warp_index, step, lane)  # fmt: skip
     batch_first = cutlass.Int32(0)  # the round lane 0's description is of
     consume = cutlass.Int32(0)  # the stage of the unit quantized this round, its parity
     parity = cutlass.Int32(0)
@@ -732,7 +735,8 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_mult, stag
         ahead = r + AHEAD  # the round whose copy starts now
         if ahead - batch_first == 32:
             k0, i0, o0, s0, e0 = describe_batch(ahead, warp_index, step, plan, run, units,
-                                                    segments, form, *tables, lane)  # fmt: skip
+                                                segments, scale_rows, form, *tables,
+                                                lane)  # fmt: skip
             batch_first = ahead
         take(units_ahead, AHEAD, (k0, i0, o0, s0, e0), ahead - batch_first)
         start_copy(units_ahead, AHEAD, stage0 + produce * STAGE_BYTES, full0 + 8 * produce, x,
@@ -776,14 +780,14 @@ def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer):
             cute.struct.MemRange[cutlass.Int8, WARPS * STAGES * STAGE_BYTES], 128
         ]
         fulls: cute.struct.MemRange[cutlass.Int64, WARPS * STAGES]
-        segment_rows: cute.struct.MemRange[cutlass.Int32, MAX_EXPERTS + 1]
+        segment_rows: cute.struct.MemRange[cutlass.Int32, MAX_EXPERTS]
         expert_rows: cute.struct.MemRange[cutlass.Int32, MAX_EXPERTS]
         unit_rows: cute.struct.MemRange[cutlass.Int32, MAX_EXPERTS + 1]
         warp_totals: cute.struct.MemRange[cutlass.Int32, WARPS]
         multipliers: cute.struct.MemRange[cutlass.Int32, 256]
 
     storage = SmemAllocator().allocate(SharedStorage)
-    s_seg = storage.segment_rows.get_tensor(cute.make_layout(MAX_EXPERTS + 1))
+    s_seg = storage.segment_rows.get_tensor(cute.make_layout(MAX_EXPERTS))
     s_rows = storage.expert_rows.get_tensor(cute.make_layout(MAX_EXPERTS))
     s_unit = storage.unit_rows.get_tensor(cute.make_layout(MAX_EXPERTS + 1))
     s_warp = storage.warp_totals.get_tensor(cute.make_layout(WARPS))
