@@ -643,24 +643,23 @@ def _quantize_shapes(problem) -> tuple[tuple, int]:
     return shape, problem.operand_bytes()["scales"]
 
 
-def _quantize_outputs(x, problem):
-    """Empty (packed, scales) of a problem's shapes, on x's device."""
+def _quantize_outputs(x, shape: tuple, scale_bytes: int):
+    """Empty (packed, scales) of the given shapes (:func:`_quantize_shapes`), on x's device."""
     import torch
 
-    shape, scale_bytes = _quantize_shapes(problem)
     return x.new_empty(shape, dtype=torch.uint8), x.new_empty((scale_bytes,), dtype=torch.uint8)
 
 
 def _quantize_fake(x, global_scale, routing=None, index=None, form="plain"):
-    return _quantize_outputs(x, _quantize_check(x, global_scale, routing, index, form, False))
+    problem = _quantize_check(x, global_scale, routing, index, form, False)
+    return _quantize_outputs(x, *_quantize_shapes(problem))
 
 
 def _quantize_cuda(x, global_scale, routing=None, index=None, form="plain"):
     import torch
 
     p, packed_shape, scale_bytes = _quantize_signature(x, global_scale, routing, index, form)
-    packed = x.new_empty(packed_shape, dtype=torch.uint8)
-    scales = x.new_empty((scale_bytes,), dtype=torch.uint8)
+    packed, scales = _quantize_outputs(x, packed_shape, scale_bytes)
     device = x.device
     key = ("quantize", device.index, p.form, p.rows, p.capacity, p.experts, p.k, p.dtype)
     capturing = torch.cuda.is_current_stream_capturing()
@@ -724,7 +723,7 @@ def _quantize_cpu(x, global_scale, routing=None, index=None, form="plain"):
     from .quantize_routing import expected_outputs
 
     p = _quantize_check(x, global_scale, routing, index, form, True)
-    packed, scales = _quantize_outputs(x, p)
+    packed, scales = _quantize_outputs(x, *_quantize_shapes(p))
     rows = x.reshape(-1, p.k)
     if p.dtype == "bfloat16":
         x_rows = rows.view(torch.int16).numpy().view(np.uint16)
