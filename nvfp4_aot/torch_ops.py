@@ -377,15 +377,8 @@ def _check(a, b, sfa, sfb, routing, out, layout: str, real: bool, alpha=None):
         raise InvalidProblemError(f"{which} must be 1-D blocked scales (bytes)")
     if not real:
         return experts, n, 2 * half_k, capacity
-    device = a.device
-    for name, t in (("a", a), ("b", b), ("sfa", sfa), ("sfb", sfb), ("routing", routing),
-                    ("out", out), ("alpha", alpha)):  # fmt: skip
-        if t is None:
-            continue
-        if t.device != device:
-            raise InvalidProblemError(f"{name} is on {t.device}, a is on {device}")
-        if not t.is_contiguous():
-            raise InvalidProblemError(f"{name} must be contiguous, got strides {t.stride()}")
+    _check_placement("a", a, (("b", b), ("sfa", sfa), ("sfb", sfb), ("routing", routing),
+                              ("out", out), ("alpha", alpha)))  # fmt: skip
     k = 2 * half_k
     if k % SF_VEC_SIZE == 0 and capacity > 0:
         need = _scale_bytes(experts, n, k, layout, capacity)
@@ -615,21 +608,22 @@ def _quantize_check(x, global_scale, routing, index, form: str, real: bool):
     # int(): a symbolic size (torch.compile, dynamic shapes) is specialised here
     problem = make_problem(int(x.shape[-1]), form, rows, capacity, experts, dtypes[x.dtype], None)
     if real:
-        _check_placement(x, (("global_scale", global_scale), ("routing", routing),
+        _check_placement("x", x, (("global_scale", global_scale), ("routing", routing),
                              ("index", index)))  # fmt: skip
     return problem
 
 
-def _check_placement(x, others) -> None:
-    """x and the (name, tensor or None) ``others`` contiguous and on x's device."""
-    if not x.is_contiguous():
-        raise InvalidProblemError(f"x must be contiguous, got strides {x.stride()}")
-    device = x.device
+def _check_placement(first_name: str, first, others) -> None:
+    """``first`` and the (name, tensor or None) ``others`` contiguous and on first's
+    device (errors name the operand)."""
+    if not first.is_contiguous():
+        raise InvalidProblemError(f"{first_name} must be contiguous, got strides {first.stride()}")
+    device = first.device
     for name, t in others:
         if t is None:
             continue
         if t.device != device:
-            raise InvalidProblemError(f"{name} is on {t.device}, x is on {device}")
+            raise InvalidProblemError(f"{name} is on {t.device}, {first_name} is on {device}")
         if not t.is_contiguous():
             raise InvalidProblemError(f"{name} must be contiguous, got strides {t.stride()}")
 
@@ -710,7 +704,9 @@ def _quantize_signature(x, global_scale, routing, index, form: str):
         if len(_QUANTIZE_SIGNATURES) >= MAX_SIGNATURES:
             _QUANTIZE_SIGNATURES.clear()
         _QUANTIZE_SIGNATURES[key] = found
-    _check_placement(x, (("global_scale", global_scale), ("routing", routing), ("index", index)))
+    _check_placement(
+        "x", x, (("global_scale", global_scale), ("routing", routing), ("index", index))
+    )
     return found
 
 
