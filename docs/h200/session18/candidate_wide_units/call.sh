@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Prepared in session 18, NOT RUN: the one-wave unit candidate (branch
+# candidate-wide-units, b20595f; its source diff is candidate.diff beside this file) on
+# the H200. From a checkout of that branch (its artifacts/ baked by build_kernels.py),
+# with scratch/qcompare.py = docs/h200/session15/qcompare.py + docs/h200/session16/
+# qcompare_widths.diff and scratch/base_art = main's artifacts/ (git archive main
+# artifacts | tar x -C scratch/base_art --strip-components=1). Replay: main's kernel vs the
+# candidate by its rule and forced to 224 / 256 (one-wave shapes only: qcompare rows the
+# plan rejects print an error); then the candidate's quantizer GPU tests (every unit width,
+# 7200-wide rows), memcheck + racecheck, torch / torch_ops / examples / JAX GPU tests,
+# bench_quantize.py. Keep it if 1024x7168 reaches <= 6.3 µs (70 %) and no row is slower.
+set -u
+OUT=${OUT:-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD NVFP4_AOT_SHAPES=$PWD/tests/data/shapes.json
+date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+timeout 150 python3 scratch/qcompare.py --passes 3 --json "$OUT/compare.json" base=scratch/base_art \
+  wide=artifacts w224=artifacts:224 w256=artifacts:256 2>&1 | tee "$OUT/compare.txt"
+export NVFP4_AOT_REQUIRE_GPU=1
+timeout 150 python3 -m pytest -q -p no:cacheprovider --tb=short tests/test_quantizer_gpu.py > "$OUT/tests_quantizer.log" 2>&1
+echo "exit $?"; grep FAILED "$OUT/tests_quantizer.log" | head; tail -1 "$OUT/tests_quantizer.log"
+for tool in memcheck racecheck; do
+  NVFP4_AOT_QUANT_ROUTINGS=2 timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 \
+    python3 -m pytest -q -p no:cacheprovider tests/test_quantizer_gpu.py \
+    -k "contiguous or masked or unit_width or padding_rows or any_byte or T129-k160 or k1056 or T1-k32" > "$OUT/${tool}.log" 2>&1
+  echo "$tool exit $?"; grep -E "SUMMARY|passed|failed" "$OUT/${tool}.log" | tail -2
+done
+timeout 150 python3 -m pytest -q -rf -p no:cacheprovider tests/test_torch_gpu.py tests/test_torch_ops.py \
+  tests/test_examples_gpu.py tests/test_jax_gpu.py > "$OUT/tests_more.log" 2>&1
+echo "exit $?"; tail -1 "$OUT/tests_more.log"
+unset NVFP4_AOT_REQUIRE_GPU
+timeout 90 python3 bench/bench_quantize.py --json "$OUT/bench_quantize.json" > "$OUT/bench_quantize.txt" 2>&1
+echo "exit $?"; cut -c1-140 "$OUT/bench_quantize.txt"
+date -u
+cd "$OUT" && tar czf ../wide_out.tgz . && rm -rf ./* && mv ../wide_out.tgz .
