@@ -74,3 +74,14 @@ def test_sm90_gemms_overlap_the_routing_kernel():
     assert "griddepcontrol_launch_dependents()" in kernel_sources(
         family_named("moe_routing").module
     )
+
+
+def test_the_quantizer_overlaps_the_kernels_around_it():
+    """Every arch's quantizer may start under the kernel before it (it waits before its
+    input, global scale, routing and stores) and lets the kernel after it start at once."""
+    quantizers = [v for v in VARIANTS if v.family == "nvfp4_quantize"]
+    assert {v.arch for v in quantizers} == {"sm_90a", "sm_100a", "sm_103a"}
+    assert {pdl(v) for v in quantizers} == {1}
+    assert "griddepcontrol_launch_dependents()" in kernel_sources(
+        family_named("nvfp4_quantize").module
+    )

@@ -567,3 +567,65 @@ def test_torch_tensors_and_streams(device):
         q = quantize(x_bits, np.float32(0.75))
         assert np.array_equal(out.cpu().numpy(), q.packed)
         assert np.array_equal(scales.cpu().numpy(), q.scales_blocked)
+
+
+def test_runs_wait_for_the_kernel_before_them(device):
+    """Launched with programmatic stream serialization, a run may start while the kernel
+    before it still runs (the quantizer lets its dependents launch at once): it must read
+    its input and write its outputs only after that kernel. A chain of three plans, each
+    quantizing the codes of the one before it (read as BF16), on few units, so that the
+    next run's CTAs find room on the SMs at once: eager runs on a stream (the second and
+    third reuse their ring slots: kernel follows kernel, no table copy between) and
+    replays of one graph, each checked against the reference of the chain. A quantizer
+    baked with the attribute but without the wait fails here, at the first replay (H200,
+    session 19 call 6, three tries out of three)."""
+    from nvfp4_aot.quantize import quantize
+
+    rng = np.random.default_rng(11)
+    rows, ks = 64, (4096, 1024, 256)
+    stream = driver.stream_create()
+    plans, buffers, graph = [], [], None
+    try:
+        plans = [QuantizePlan(k, rows=rows, device=device) for k in ks]
+        x = Guarded(rows * ks[0] * 2)
+        g = Guarded(4)
+        outs = [Guarded(rows * k // 2) for k in ks]
+        scales = [Guarded(plan.scale_bytes) for plan in plans]
+        buffers = [x, g, *outs, *scales]
+        g.write(np.float32([1.0]))
+        sources = [x, *outs[:-1]]
+
+        def record():
+            for plan, source, out, sf in zip(plans, sources, outs, scales, strict=True):
+                plan.run(source.pointer, out.pointer, sf.pointer, g.pointer, stream=stream)
+
+        for attempt in range(6):
+            host = random_input(rows, ks[0], "bfloat16", rng, hostile=False)
+            x.write(host)
+            poison = POISONS[attempt % 2]
+            for buffer in (*outs, *scales):
+                buffer.poison(poison)
+            driver.synchronize()
+            if attempt < 3:
+                record()
+            else:
+                graph = graph or CapturedGraph(stream, record)
+                graph.launch(stream)
+            driver.stream_synchronize(stream)
+            chain_input = host
+            for i, k in enumerate(ks):
+                q = quantize(chain_input, np.float32(1.0))
+                written = (("out", outs[i], q.packed), ("scales", scales[i], q.scales_blocked))
+                for name, buffer, want in written:
+                    everywhere = np.ones(want.size, bool)
+                    problem = _first_problem(buffer.read_all(), want.ravel(), everywhere, poison)
+                    assert problem is None, f"attempt {attempt}, plan {i} (k={k}) {name}: {problem}"
+                chain_input = q.packed.view(np.uint16)
+    finally:
+        if graph is not None:
+            graph.destroy()
+        for buffer in buffers:
+            buffer.free()
+        for plan in plans:
+            plan.close()
+        driver.stream_destroy(stream)
