@@ -72,7 +72,7 @@ Launched with programmatic stream serialization (``use_pdl``): the grid may star
 the kernel before it still runs, reads only the plan and run words (the host's, copied
 before the launch) until ``griddepcontrol.wait``, and lets the kernel after it launch at
 once, so a run's launch and prologue overlap the tail of the kernel before it (session
-19: 0.2-0.6 µs a run at T = 1024 on the H200, docs/h200/session19/README.md).
+19: 0.3-0.4 µs a run at T = 1024 on the H200, docs/h200/session19/README.md).
 """
 
 import cutlass
