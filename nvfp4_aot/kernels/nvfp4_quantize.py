@@ -72,7 +72,13 @@ Launched with programmatic stream serialization (``use_pdl``): the grid may star
 the kernel before it still runs, reads only the plan and run words (the host's, copied
 before the launch) until ``griddepcontrol.wait``, and lets the kernel after it launch at
 once, so a run's launch and prologue overlap the tail of the kernel before it (session
-19: 0.3-0.4 µs a run at T = 1024 on the H200, docs/h200/session19/README.md).
+19: 0.3-0.4 µs a run at T = 1024 on the H200, docs/h200/session19/README.md). All that
+needs only those words comes before the wait: the plan words' loads, the mbarriers and a
+plain run's first unit descriptions (their integer divisions); after it the global
+scale's load is issued and the first copies start at once, without the proxy fence (their
+stages have not been read; the fence's MEMBAR would wait for that load). A warp's first
+copy then starts ~0.24 µs after the wait instead of ~0.86 (session 20's per-warp
+timeline: 0.1-0.4 µs a run, docs/h200/session20/README.md).
 """
 
 import cutlass
@@ -303,16 +309,18 @@ _SCALE_BYTE_PTX = _scale_byte_ptx()
 
 @dsl_user_op
 def copy_row_segment(stage: cutlass.Int32, source: cutlass.Int64, size: cutlass.Int32,
-                     full: cutlass.Int32, *, loc=None, ip=None):  # fmt: skip
+                     full: cutlass.Int32, fenced: bool = True, *, loc=None, ip=None):  # fmt: skip
     """Expect ``size`` bytes on the stage's mbarrier ``full`` and start one bulk copy of
     them from global ``source`` into shared ``stage`` (one thread). The fence orders the
-    warp's earlier generic reads of the stage before the async proxy's writes."""
+    warp's earlier generic reads of the stage before the async proxy's writes; a stage
+    not read yet needs none (``fenced=False``), and without it the copy does not wait
+    for the thread's loads in flight (the fence's MEMBAR does)."""
     operands = [ir_i32(stage, loc, ip), ir_i64(source, loc, ip), ir_i32(size, loc, ip),
                 ir_i32(full, loc, ip)]  # fmt: skip
     ptx = (
-        "fence.proxy.async.shared::cta;\n"
-        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$3], $2;\n"
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1], $2, [$3];"
+        ("fence.proxy.async.shared::cta;\n" if fenced else "")
+        + "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$3], $2;\n"
+        + "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1], $2, [$3];"
     )
     asm(ptx, "r,l,r,r", operands, loc, ip)
 
@@ -560,7 +568,8 @@ def take(units_ahead: cute.Tensor, slot: cutlass.Constexpr[int], batch, index):
 
 @cute.jit
 def start_copy(units_ahead: cute.Tensor, slot: cutlass.Constexpr[int], stage, full, x,
-               row_stride, input_rows, blocks, unit_blocks, lane):  # fmt: skip
+               row_stride, input_rows, blocks, unit_blocks, lane,
+               fenced: cutlass.Constexpr[bool] = True):  # fmt: skip
     """Lane 0 starts the copy of the token row segment described in ``slot`` into
     ``stage`` (its bytes past k are not copied: the math reads whatever the stage held
     and stores nothing of those blocks), or completes ``full``'s phase at once for any
@@ -573,7 +582,7 @@ def start_copy(units_ahead: cute.Tensor, slot: cutlass.Constexpr[int], stage, fu
             first_block = units_ahead[DESCRIPTOR * slot + F_SEGMENT] * unit_blocks
             size = cutlass.min(blocks - first_block, unit_blocks) * 32
             source = x + cutlass.Int64(in_row) * row_stride + cutlass.Int64(first_block) * 32
-            copy_row_segment(stage, source, size, full)
+            copy_row_segment(stage, source, size, full, fenced)
         else:
             arrive(full)
 
@@ -675,8 +684,8 @@ def zero_padding(form: cutlass.Constexpr[int], experts, capacity, col_tiles, sca
 
 
 @cute.jit
-def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_mult, stages, fulls,
-                   fp16: cutlass.Constexpr[bool], operands):  # fmt: skip
+def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_warp, s_mult, stages,
+                   fulls, fp16: cutlass.Constexpr[bool], operands):  # fmt: skip
     """The warp's units through its ring of STAGES shared-memory stages: lane 0 keeps
     the bulk copies of the next STAGES - 1 units in flight while the warp quantizes one;
     the units' descriptions come 32 rounds at a time (describe_batch), one per lane, and
@@ -698,17 +707,11 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_mult, stag
     capacity = cutlass.Int32(plan[Q_CAPACITY])
     scale_units = cutlass.Int32(plan[Q_UNITS])  # the plan's scale rows x segments
     scale_rows = scale_units // segments
-    # the token rows' units: plain T's; MoE this routing's (at most the plan's scale rows')
-    experts = cutlass.Int32(1)
-    units = capacity * segments
-    if form != FORM_PLAIN:
-        experts = cutlass.Int32(plan[Q_EXPERTS])
-        units = cutlass.min(tables[2][experts] * segments, scale_units)
     input_rows = cutlass.Int32(plan[Q_INPUT_ROWS])
     col_tiles = cutlass.Int64(plan[Q_COL_TILES])
     row_stride = plan[Q_ROW_STRIDE_BYTES]
     out_row_bytes = plan[Q_OUT_ROW_BYTES]
-    x, out, scales, g_bits = operands
+    x, out, scales, global_scale = operands
     # this warp's stages and their mbarriers
     stage0 = stages + warp * (STAGES * STAGE_BYTES)
     full0 = fulls + warp * (STAGES * 8)
@@ -720,12 +723,27 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_mult, stag
     units_ahead = cute.make_rmem_tensor(DESCRIPTOR * (AHEAD + 1), cutlass.Int32)
     step = ctas * WARPS
     warp_index = cta * WARPS + warp
-    k0, i0, o0, s0, e0 = describe_batch(0, warp_index, step, plan, run, units, segments,
-                                        scale_rows, form, *tables, lane)  # fmt: skip
-    for d in cutlass.range_constexpr(AHEAD):
+    # the token rows' units: plain T's, described before the wait (PDL: the kernel
+    # before may still run) from the plan alone; MoE this routing's (at most the plan's
+    # scale rows'), from the device counts after it
+    experts = cutlass.Int32(1)
+    units = capacity * segments
+    if cutlass.const_expr(form == FORM_PLAIN):
+        k0, i0, o0, s0, e0 = describe_batch(0, warp_index, step, plan, run, units, segments,
+                                            scale_rows, form, *tables, lane)  # fmt: skip
+        cute.arch.griddepcontrol_wait()
+    else:
+        cute.arch.griddepcontrol_wait()
+        expert_segments(plan, run, form, *tables, s_warp, tidx)
+        experts = cutlass.Int32(plan[Q_EXPERTS])
+        units = cutlass.min(tables[2][experts] * segments, scale_units)
+        k0, i0, o0, s0, e0 = describe_batch(0, warp_index, step, plan, run, units, segments,
+                                            scale_rows, form, *tables, lane)  # fmt: skip
+    g_bits = global_scale[0]  # in flight while the first copies start: they have no fence
+    for d in cutlass.range_constexpr(AHEAD):  # stages not read yet: no proxy fence
         take(units_ahead, d, (k0, i0, o0, s0, e0), d)
         start_copy(units_ahead, d, stage0 + d * STAGE_BYTES, full0 + 8 * d, x, row_stride,
-                   input_rows, blocks, unit_blocks, lane)  # fmt: skip
+                   input_rows, blocks, unit_blocks, lane, False)  # fmt: skip
     # while those copies fly: the multiplier g / sf of every scale byte, once per CTA (a
     # block looks its one up instead of dividing)
     for i in cutlass.range_constexpr(256 // THREADS):
@@ -764,19 +782,16 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_mult, stag
 
 @cute.jit
 def quantize_form(plan, run, form: cutlass.Constexpr[int], fp16, tables, s_warp, s_mult, stages,
-                  fulls, tidx, operands):  # fmt: skip
-    """One form's run: the MoE forms' expert tables, then the units in the run's dtype."""
-    if form != FORM_PLAIN:
-        expert_segments(plan, run, form, *tables, s_warp, tidx)
+                  fulls, operands):  # fmt: skip
+    """One form's run in the run's dtype."""
     if fp16:
-        quantize_units(plan, run, form, tables, s_mult, stages, fulls, True, operands)
+        quantize_units(plan, run, form, tables, s_warp, s_mult, stages, fulls, True, operands)
     else:
-        quantize_units(plan, run, form, tables, s_mult, stages, fulls, False, operands)
+        quantize_units(plan, run, form, tables, s_warp, s_mult, stages, fulls, False, operands)
 
 
 @cute.kernel
 def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer):
-    tidx, _, _ = cute.arch.thread_idx()
     plan = cute.make_tensor(ptr_of_plan, cute.make_layout(Q_WORDS))
     run = cute.make_tensor(ptr_of_run, cute.make_layout(R_WORDS))
 
@@ -802,26 +817,23 @@ def kernel(ptr_of_plan: cute.Pointer, ptr_of_run: cute.Pointer):
     fulls = storage.fulls.data_ptr().toint()
 
     # PDL (module docstring): the kernel after this one may launch now; before the wait
-    # only the plan and run words, which the host copied before this launch (copies, not
-    # kernels: stream order holds for them); the input, the global scale, the routing
-    # and every store after it.
+    # (in quantize_units) only the plan and run words, which the host copied before this
+    # launch (copies, not kernels: stream order holds for them); the input, the global
+    # scale, the routing and every store after it.
     cute.arch.griddepcontrol_launch_dependents()
-    x, out, scales = run[R_X], run[R_OUT], run[R_SCALES]
-    global_scale = run_int32s(run, R_GLOBAL_SCALE, 1)
+    operands = (run[R_X], run[R_OUT], run[R_SCALES], run_int32s(run, R_GLOBAL_SCALE, 1))
     # one specialisation a form and dtype: no form's bookkeeping in another's code
     form = cutlass.Int32(plan[Q_FORM])
     fp16 = plan[Q_FP16] != 0
-    cute.arch.griddepcontrol_wait()
-    operands = (x, out, scales, global_scale[0])
     tables = (s_seg, s_rows, s_unit)
     if form == FORM_PLAIN:
-        quantize_form(plan, run, FORM_PLAIN, fp16, tables, s_warp, s_mult, stages, fulls, tidx,
+        quantize_form(plan, run, FORM_PLAIN, fp16, tables, s_warp, s_mult, stages, fulls,
                       operands)  # fmt: skip
     elif form == FORM_CONTIGUOUS:
         quantize_form(plan, run, FORM_CONTIGUOUS, fp16, tables, s_warp, s_mult, stages, fulls,
-                      tidx, operands)  # fmt: skip
+                      operands)  # fmt: skip
     else:
-        quantize_form(plan, run, FORM_MASKED, fp16, tables, s_warp, s_mult, stages, fulls, tidx,
+        quantize_form(plan, run, FORM_MASKED, fp16, tables, s_warp, s_mult, stages, fulls,
                       operands)  # fmt: skip
 
 
