@@ -728,17 +728,15 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_warp, s_mu
     # scale rows'), from the device counts after it
     experts = cutlass.Int32(1)
     units = capacity * segments
-    if cutlass.const_expr(form == FORM_PLAIN):
-        k0, i0, o0, s0, e0 = describe_batch(0, warp_index, step, plan, run, units, segments,
-                                            scale_rows, form, *tables, lane)  # fmt: skip
-        cute.arch.griddepcontrol_wait()
-    else:
+    if cutlass.const_expr(form != FORM_PLAIN):
         cute.arch.griddepcontrol_wait()
         expert_segments(plan, run, form, *tables, s_warp, tidx)
         experts = cutlass.Int32(plan[Q_EXPERTS])
         units = cutlass.min(tables[2][experts] * segments, scale_units)
-        k0, i0, o0, s0, e0 = describe_batch(0, warp_index, step, plan, run, units, segments,
-                                            scale_rows, form, *tables, lane)  # fmt: skip
+    k0, i0, o0, s0, e0 = describe_batch(0, warp_index, step, plan, run, units, segments,
+                                        scale_rows, form, *tables, lane)  # fmt: skip
+    if cutlass.const_expr(form == FORM_PLAIN):
+        cute.arch.griddepcontrol_wait()
     g_bits = global_scale[0]  # in flight while the first copies start: they have no fence
     for d in cutlass.range_constexpr(AHEAD):  # stages not read yet: no proxy fence
         take(units_ahead, d, (k0, i0, o0, s0, e0), d)
