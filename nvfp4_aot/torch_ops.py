@@ -552,9 +552,10 @@ def _moe_gemm_out_cpu(a, b, sfa, sfb, routing, out, layout="contiguous", alpha=N
 # the activation quantizer
 
 
-def _quantize_check(x, global_scale, routing, index, form: str, real: bool):
-    """The quantizer problem of a call (nvfp4_aot.quantize_layout.QuantizeProblem);
-    raises InvalidProblemError naming the operand. ``real``: devices and contiguity too."""
+def _quantize_check(x, global_scale, routing, index, form: str):
+    """The quantizer problem of a call (nvfp4_aot.quantize_layout.QuantizeProblem) from its
+    form, dtypes and shapes; raises InvalidProblemError naming the operand. A real call's
+    devices and contiguity: :func:`_quantize_signature`."""
     import torch
 
     from .quantize_layout import FORMS
@@ -606,11 +607,7 @@ def _quantize_check(x, global_scale, routing, index, form: str, real: bool):
             )
         experts, capacity, rows = int(x.shape[0]), int(x.shape[1]), None
     # int(): a symbolic size (torch.compile, dynamic shapes) is specialised here
-    problem = make_problem(int(x.shape[-1]), form, rows, capacity, experts, dtypes[x.dtype], None)
-    if real:
-        _check_placement("x", x, (("global_scale", global_scale), ("routing", routing),
-                             ("index", index)))  # fmt: skip
-    return problem
+    return make_problem(int(x.shape[-1]), form, rows, capacity, experts, dtypes[x.dtype], None)
 
 
 def _check_placement(first_name: str, first, others) -> None:
@@ -645,7 +642,7 @@ def _quantize_outputs(x, shape: tuple, scale_bytes: int):
 
 
 def _quantize_fake(x, global_scale, routing=None, index=None, form="plain"):
-    problem = _quantize_check(x, global_scale, routing, index, form, False)
+    problem = _quantize_check(x, global_scale, routing, index, form)
     return _quantize_outputs(x, *_quantize_shapes(problem))
 
 
@@ -699,7 +696,7 @@ def _quantize_signature(x, global_scale, routing, index, form: str):
     )  # fmt: skip
     found = _QUANTIZE_SIGNATURES.get(key)
     if found is None:
-        problem = _quantize_check(x, global_scale, routing, index, form, False)
+        problem = _quantize_check(x, global_scale, routing, index, form)
         found = (problem, *_quantize_shapes(problem))
         if len(_QUANTIZE_SIGNATURES) >= MAX_SIGNATURES:
             _QUANTIZE_SIGNATURES.clear()
@@ -718,8 +715,8 @@ def _quantize_cpu(x, global_scale, routing=None, index=None, form="plain"):
 
     from .quantize_routing import expected_outputs
 
-    p = _quantize_check(x, global_scale, routing, index, form, True)
-    packed, scales = _quantize_outputs(x, *_quantize_shapes(p))
+    p, packed_shape, scale_bytes = _quantize_signature(x, global_scale, routing, index, form)
+    packed, scales = _quantize_outputs(x, packed_shape, scale_bytes)
     rows = x.reshape(-1, p.k)
     if p.dtype == "bfloat16":
         x_rows = rows.view(torch.int16).numpy().view(np.uint16)

@@ -282,7 +282,7 @@ def _quantizer_matches(torch, x, g, routing, index, form, label):
     torch.cuda.synchronize()
     problem = torch_ops._quantize_check(x.cpu(), g.cpu(), None if routing is None else
                                         routing.cpu(), None if index is None else index.cpu(),
-                                        form, True)  # fmt: skip
+                                        form)  # fmt: skip
     rows = x.reshape(-1, x.shape[-1]).cpu()
     bits = (
         rows.view(torch.int16).numpy().view(np.uint16)
