@@ -167,6 +167,9 @@ class PtxBlock:
     def op_abs_f32(self, d, a):
         self.put(d, self.get(a) & np.uint64(0x7FFFFFFF))
 
+    def op_neg_f32(self, d, a):
+        self.put(d, self.get(a) ^ np.uint64(0x80000000))
+
     # float32
     def op_max_NaN_f32(self, d, a, b):
         x, y = self.f32(a), self.f32(b)
@@ -179,6 +182,10 @@ class PtxBlock:
     def op_div_rn_f32(self, d, a, b):
         with np.errstate(all="ignore"):
             self.put_f32(d, self.f32(a) / self.f32(b))
+
+    def op_rcp_rn_f32(self, d, a):
+        with np.errstate(all="ignore"):
+            self.put_f32(d, np.float32(1) / self.f32(a))
 
     def op_add_rn_f32(self, d, a, b):
         with np.errstate(all="ignore"):

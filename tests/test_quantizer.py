@@ -83,10 +83,12 @@ def test_the_block_ptx_follows_the_reference_rules():
 
     for fp16 in (False, True):
         scale, codes = kernel._SCALE_PTX[fp16], kernel._CODES_PTX[fp16]
-        for ptx in (scale, codes, kernel._MULTIPLIER_PTX):
+        tables = (kernel._MULTIPLIER_PTX, kernel._RECIPROCAL_PTX, kernel._FAST_MULTIPLIER_PTX)
+        for ptx in (scale, codes, *tables):
             assert "div.full" not in ptx and "approx" not in ptx and ".ftz" not in ptx
         assert "div" not in scale and "div" not in codes  # no slow-path branch in a block
         assert kernel._MULTIPLIER_PTX.count("div.rn.f32") == 1
+        assert "rcp.rn.f32" in kernel._RECIPROCAL_PTX and "div" not in kernel._FAST_MULTIPLIER_PTX
         assert codes.count("mul.rn.f32 q,") == 16 and codes.count("fma.rn.sat.f32") == 16 * 2
         assert scale.count("max.NaN.") == 8
         assert "cvt.rn.satfinite.e4m3x2.f32" in scale and "selp.b32 $0, 127, sfb, pn;" in scale
@@ -125,6 +127,65 @@ def test_the_kernels_e2m1_steps_are_the_reference_rounding():
     for q in chunks:
         expected = float_to_fp4_rne_sat(q) & 7
         assert np.array_equal(e2m1_code_of_the_kernel(q), expected)
+
+
+def multiplier_table(kernel, g: np.float32) -> np.ndarray:
+    """The CTA's multiplier table (float32 bits) as the kernel builds it: the scale bytes'
+    reciprocals, then Markstein's correction for g in the fast range, the division
+    elsewhere."""
+    decoded = PtxBlock(kernel._RECIPROCAL_PTX).run({"$2": np.arange(256)})
+    g_bits = np.full(256, np.float32(g).view(np.uint32))
+    low, high = kernel.FAST_G_EXPONENTS
+    if low <= (int(g_bits[0]) >> 23) & 255 <= high:
+        inputs = {"$1": g_bits, "$2": decoded["$0"], "$3": decoded["$1"]}
+        return PtxBlock(kernel._FAST_MULTIPLIER_PTX).run(inputs)["$0"]
+    return PtxBlock(kernel._MULTIPLIER_PTX).run({"$1": np.arange(256), "$2": g_bits})["$0"]
+
+
+def test_the_fast_multiplier_is_the_division():
+    """g / e4m3(sf) from the reciprocal taken before g is known: for every E4M3 mantissa
+    of v and 2^20 random float32 mantissas of g with the ends of the binade
+    (NVFP4_AOT_EXHAUSTIVE=1: all 2^23), which decides it for every g of the fast range
+    (powers of two scale every step exactly while q, r and m stay normal); then every
+    scale byte (zeros, negatives and NaNs give 0) with random g across the range and its
+    ends."""
+    from nvfp4_aot.quantize import _E4M3_FLOAT32
+
+    kernel = _kernel_module()
+    decoded = PtxBlock(kernel._RECIPROCAL_PTX).run({"$2": np.arange(256)})
+    v = decoded["$0"].astype(np.uint32).view(np.float32)
+    assert np.array_equal(v, _E4M3_FLOAT32, equal_nan=True)
+    with np.errstate(all="ignore"):
+        assert np.array_equal(decoded["$1"].astype(np.uint32).view(np.float32), 1 / v,
+                              equal_nan=True)  # fmt: skip
+    fast = PtxBlock(kernel._FAST_MULTIPLIER_PTX)
+
+    def check(g: np.ndarray, byte: np.ndarray) -> None:
+        inputs = {"$1": g.view(np.uint32), "$2": decoded["$0"][byte], "$3": decoded["$1"][byte]}
+        got = fast.run(inputs)["$0"].astype(np.uint32).view(np.float32)
+        with np.errstate(all="ignore"):
+            expected = np.where(v[byte] > 0, g / v[byte], np.float32(0)).astype(np.float32)
+        bad = np.nonzero(got.view(np.uint32) != expected.view(np.uint32))[0]
+        assert len(bad) == 0, (
+            f"g={g[bad[0]]!r} sf={byte[bad[0]]:#x}: {got[bad[0]]!r}, g / v {expected[bad[0]]!r}"
+        )
+
+    rng = np.random.default_rng(5)
+    mantissas = rng.integers(0, 2**23, 2**20, dtype=np.uint32)
+    if os.environ.get("NVFP4_AOT_EXHAUSTIVE") == "1":
+        mantissas = np.arange(2**23, dtype=np.uint32)
+    mantissas = np.concatenate([mantissas, np.uint32([0, 1, 2**22, 2**23 - 1])])
+    g = (mantissas | np.uint32(127 << 23)).view(np.float32)  # [1, 2)
+    for byte in range(0x38, 0x40):  # e4m3 1.0 ... 1.875: every mantissa of v
+        check(g, np.full(len(g), byte))
+    low, high = kernel.FAST_G_EXPONENTS
+    exponents = rng.integers(low, high + 1, 2**20, dtype=np.uint32)
+    signs = rng.integers(0, 2, 2**20, dtype=np.uint32) << np.uint32(31)
+    random_g = signs | exponents << np.uint32(23) | rng.integers(0, 2**23, 2**20, dtype=np.uint32)
+    ends = np.uint32([low << 23, (high << 23) | (2**23 - 1)])
+    ends = np.concatenate([ends, ends | np.uint32(1 << 31)])
+    g = np.concatenate([random_g, np.repeat(ends, 256)]).view(np.float32)
+    check(g, np.concatenate([rng.integers(0, 256, 2**20), np.tile(np.arange(256), 4)]))
 
 
 def test_the_kernels_scale_byte_is_the_reference_rounding_of_y_over_6():
@@ -646,7 +707,6 @@ def test_the_block_ptx_computes_the_reference_bytes(dtype):
     words = bits[:, 0::2].astype(np.uint64) | (bits[:, 1::2].astype(np.uint64) << np.uint64(16))
     fp16 = dtype == "float16"
     scale_ptx, codes_ptx = PtxBlock(kernel._SCALE_PTX[fp16]), PtxBlock(kernel._CODES_PTX[fp16])
-    multiplier = PtxBlock(kernel._MULTIPLIER_PTX)
     for g in (np.float32(1.0), np.float32(0.37), np.float32(3e-30), np.float32(2.5e36),
               np.float32(2.0**-116), np.float32(2.0**100)):  # fmt: skip
         g_bits = g.view(np.uint32)
@@ -654,8 +714,7 @@ def test_the_block_ptx_computes_the_reference_bytes(dtype):
             {f"${1 + i}": words[:, i] for i in range(8)} | {"$9": np.full(len(blocks), g_bits)}
         )
         got_scales = (scale["$0"] & np.uint64(0xFF)).astype(np.uint8)
-        # the CTA's table: the multiplier of every scale byte
-        table = multiplier.run({"$1": np.arange(256), "$2": np.full(256, g_bits)})["$0"]
+        table = multiplier_table(kernel, g)  # the CTA's: the multiplier of every scale byte
         inputs = {f"${2 + i}": words[:, i] for i in range(8)}
         inputs["$10"] = table[got_scales.astype(np.intp)]
         result = codes_ptx.run(inputs)

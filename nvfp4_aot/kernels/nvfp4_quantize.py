@@ -6,15 +6,21 @@ formulas and the zero/inf/NaN rules), so the bytes are the reference's bytes:
 
     amax = max|x_i| (NaN-propagating)   s = (g * amax) / 6         mul.rn, div.rn's fast path
     sf   = e4m3_rn_satfinite(s), 0x7F if amax is NaN              cvt.rn.satfinite.e4m3x2
-    m    = g / e4m3(sf) if e4m3(sf) > 0 else 0                     div.rn (a CTA table)
+    m    = g / e4m3(sf) if e4m3(sf) > 0 else 0                     div.rn's value (a CTA table)
     q_i  = E2M1_rne_sat(|x_i| * m), sign bit = the sign bit of x_i
            mul.rn, then three saturated pieces of q rounded onto 2^23 (_code_lines)
 
 The block math is inline PTX (no fast-math division, no flush to zero, no hardware E2M1
 conversion, which sm_90 lacks), the same instructions on every arch. m depends only on
-the scale byte, so each CTA divides g by all 256 E4M3 values once into shared memory and
-a block looks its multiplier up. E2M1 rounding is 8 FMA-pipe instructions an element
-(was 16: seven threshold steps and their sum), all exact: see _code_lines.
+the scale byte, so each CTA puts g / v for all 256 E4M3 values v into shared memory once
+and a block looks its multiplier up: v and y = RN(1 / v) are taken before the PDL wait
+(they need no g), and after it q = RN(g y), its exact residual r = g - v q and RN(q + r y)
+give the correctly rounded quotient (Markstein's correction) for 2^-90 <= |g| < 2^91;
+any other g takes div.rn (the same branch for the whole grid). Dividing after the wait
+had kept the table, and so the first unit, waiting: 0.1-0.3 µs a run on most of the
+1024-row and decode-size rows (H200, session 21). E2M1 rounding is 8 FMA-pipe
+instructions an element (was 16: seven threshold steps and their sum), all exact: see
+_code_lines.
 
 Three forms (plan word ``Q_FORM``; :mod:`nvfp4_aot.quantize_layout` has the words):
 
@@ -73,12 +79,12 @@ the kernel before it still runs, reads only the plan and run words (the host's, 
 before the launch) until ``griddepcontrol.wait``, and lets the kernel after it launch at
 once, so a run's launch and prologue overlap the tail of the kernel before it (session
 19: 0.3-0.4 µs a run at T = 1024 on the H200, docs/h200/session19/README.md). All that
-needs only those words comes before the wait: the plan words' loads, the mbarriers and a
-plain run's first unit descriptions (their integer divisions); after it the global
-scale's load is issued and the first copies start at once, without the proxy fence (their
-stages have not been read; the fence's MEMBAR would wait for that load). A warp's first
-copy then starts ~0.24 µs after the wait instead of ~0.86 (session 20's per-warp
-timeline: 0.1-0.4 µs a run, docs/h200/session20/README.md).
+needs only those words comes before the wait: the plan words' loads, the mbarriers, the
+multiplier table's reciprocals and a plain run's first unit descriptions (their integer
+divisions); after it the global scale's load is issued and the first copies start at
+once, without the proxy fence (their stages have not been read; the fence's MEMBAR would
+wait for that load). A warp's first copy then starts ~0.24 µs after the wait instead of
+~0.86 (session 20's per-warp timeline: 0.1-0.4 µs a run, docs/h200/session20/README.md).
 """
 
 import cutlass
@@ -236,21 +242,50 @@ def _scale_ptx(fp16: bool) -> str:
     return "\n".join(lines)
 
 
+def _decoded_scale_lines(byte: str) -> list[str]:
+    """Set ``sfv`` to the float32 value of the E4M3 scale byte ``byte``."""
+    return [
+        f"shl.b32 t, {byte}, 8;",
+        f"or.b32 t, t, {byte};",
+        "cvt.u16.u32 h, t;",
+        "cvt.rn.f16x2.e4m3x2 u, h;",
+        "mov.b32 {hl, hh}, u;",
+        "cvt.f32.f16 sfv, hl;",
+    ]
+
+
+_DECODED_SCALE_REGS = [".reg .b32 t, u, sfv;", ".reg .b16 h, hl, hh;"]
+
 # m = g / e4m3(sf) if e4m3(sf) > 0 else 0, for a scale byte $1 and g $2 (float32 bits)
-_MULTIPLIER_PTX = """{
-.reg .b32 t, u, sfv, m;
-.reg .b16 h, hl, hh;
+_MULTIPLIER_PTX = "\n".join([
+    "{", *_DECODED_SCALE_REGS, ".reg .b32 m;", ".reg .pred pp;", *_decoded_scale_lines("$1"),
+    "div.rn.f32 m, $2, sfv;", "setp.gt.f32 pp, sfv, 0f00000000;", "selp.b32 $0, m, 0, pp;", "}",
+])  # fmt: skip
+
+# $0 v = e4m3(sf) and $1 RN(1 / v) for a scale byte $2 (needs no g: before the PDL wait)
+_RECIPROCAL_PTX = "\n".join([
+    "{", *_DECODED_SCALE_REGS, *_decoded_scale_lines("$2"), "mov.b32 $0, sfv;",
+    "rcp.rn.f32 $1, sfv;", "}",
+])  # fmt: skip
+
+# m = g / v if v > 0 else 0 from g $1, v $2 and y = RN(1 / v) $3: q = RN(g y), its exact
+# residual r = g - v q, then RN(q + r y), the correctly rounded quotient wherever q, r
+# and m are normal (Markstein's correction; tests/test_quantizer.py checks it against
+# the division for every float32 mantissa of g and every E4M3 mantissa of v)
+_FAST_MULTIPLIER_PTX = """{
+.reg .b32 q, r, nv, m;
 .reg .pred pp;
-shl.b32 t, $1, 8;
-or.b32 t, t, $1;
-cvt.u16.u32 h, t;
-cvt.rn.f16x2.e4m3x2 u, h;
-mov.b32 {hl, hh}, u;
-cvt.f32.f16 sfv, hl;
-div.rn.f32 m, $2, sfv;
-setp.gt.f32 pp, sfv, 0f00000000;
+mul.rn.f32 q, $1, $3;
+neg.f32 nv, $2;
+fma.rn.f32 r, nv, q, $1;
+fma.rn.f32 m, r, $3, q;
+setp.gt.f32 pp, $2, 0f00000000;
 selp.b32 $0, m, 0, pp;
 }"""
+# g's biased exponents (|g| in [2^-90, 2^91)) for which the fast path's q, r and m are
+# normal for every E4M3 v in [2^-9, 448]; any other g (0, subnormal, huge, inf, NaN)
+# takes the division
+FAST_G_EXPONENTS = (37, 217)
 
 
 def _codes_ptx(fp16: bool) -> str:
@@ -430,6 +465,21 @@ def multiplier(scale_byte: cutlass.Int32, g_bits: cutlass.Int32, *, loc=None, ip
     """m = g / e4m3(scale_byte), 0 where that is not > 0 (float32 bits)."""
     operands = [ir_i32(scale_byte, loc, ip), ir_i32(g_bits, loc, ip)]
     return asm_i32s(1, _MULTIPLIER_PTX, "=r,r,r", operands, False, loc, ip)[0]
+
+
+@dsl_user_op
+def reciprocal(scale_byte: cutlass.Int32, *, loc=None, ip=None):
+    """(v = e4m3(scale_byte), RN(1 / v)) as float32 bits."""
+    operands = [ir_i32(scale_byte, loc, ip)]
+    return asm_i32s(2, _RECIPROCAL_PTX, "=r,=r,r", operands, False, loc, ip)
+
+
+@dsl_user_op
+def fast_multiplier(g_bits: cutlass.Int32, decoded, *, loc=None, ip=None):
+    """m = g / v, 0 where v is not > 0, from reciprocal's (v, RN(1 / v)); exact for g
+    with a biased exponent in FAST_G_EXPONENTS."""
+    operands = [ir_i32(g_bits, loc, ip)] + [ir_i32(w, loc, ip) for w in decoded]
+    return asm_i32s(1, _FAST_MULTIPLIER_PTX, "=r,r,r,r", operands, False, loc, ip)[0]
 
 
 # ---------------------------------------------------------------------------------------
@@ -728,6 +778,9 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_warp, s_mu
     # scale rows'), from the device counts after it
     experts = cutlass.Int32(1)
     units = capacity * segments
+    # the multiplier table's divisors and their reciprocals need no g: before the wait
+    table_rows = range(0, 256, THREADS)
+    decoded = [reciprocal(tidx + row) for row in table_rows]
     if cutlass.const_expr(form != FORM_PLAIN):
         cute.arch.griddepcontrol_wait()
         expert_segments(plan, run, form, *tables, s_warp, tidx)
@@ -743,9 +796,13 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_warp, s_mu
         start_copy(units_ahead, d, stage0 + d * STAGE_BYTES, full0 + 8 * d, x, row_stride,
                    input_rows, blocks, unit_blocks, lane, False)  # fmt: skip
     # while those copies fly: the multiplier g / sf of every scale byte, once per CTA (a
-    # block looks its one up instead of dividing)
-    for i in cutlass.range_constexpr(256 // THREADS):
-        s_mult[tidx + THREADS * i] = multiplier(tidx + THREADS * i, g_bits)
+    # block looks its one up instead of dividing), from the reciprocals
+    g_exponent = (g_bits >> 23) & 255
+    for row, divisor in zip(table_rows, decoded):
+        if g_exponent >= FAST_G_EXPONENTS[0] and g_exponent <= FAST_G_EXPONENTS[1]:
+            s_mult[tidx + row] = fast_multiplier(g_bits, divisor)
+        else:  # 0, subnormal, huge or non-finite g (the same branch for the whole grid)
+            s_mult[tidx + row] = multiplier(tidx + row, g_bits)
     cute.arch.barrier()
     zero_padding(form, experts, capacity, col_tiles, scale_rows // SF_ROWS, scales, tables[0],
                  tables[1], warp_index, step, lane)  # fmt: skip
