@@ -139,7 +139,7 @@ def multiplier_table(kernel, g: np.float32) -> np.ndarray:
     if low <= (int(g_bits[0]) >> 23) & 255 <= high:
         inputs = {"$1": g_bits, "$2": decoded["$0"], "$3": decoded["$1"]}
         return PtxBlock(kernel._FAST_MULTIPLIER_PTX).run(inputs)["$0"]
-    return PtxBlock(kernel._MULTIPLIER_PTX).run({"$1": np.arange(256), "$2": g_bits})["$0"]
+    return PtxBlock(kernel._MULTIPLIER_PTX).run({"$1": g_bits, "$2": decoded["$0"]})["$0"]
 
 
 def test_the_fast_multiplier_is_the_division():

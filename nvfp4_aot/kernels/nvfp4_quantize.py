@@ -242,31 +242,27 @@ def _scale_ptx(fp16: bool) -> str:
     return "\n".join(lines)
 
 
-def _decoded_scale_lines(byte: str) -> list[str]:
-    """Set ``sfv`` to the float32 value of the E4M3 scale byte ``byte``."""
-    return [
-        f"shl.b32 t, {byte}, 8;",
-        f"or.b32 t, t, {byte};",
-        "cvt.u16.u32 h, t;",
-        "cvt.rn.f16x2.e4m3x2 u, h;",
-        "mov.b32 {hl, hh}, u;",
-        "cvt.f32.f16 sfv, hl;",
-    ]
-
-
-_DECODED_SCALE_REGS = [".reg .b32 t, u, sfv;", ".reg .b16 h, hl, hh;"]
-
-# m = g / e4m3(sf) if e4m3(sf) > 0 else 0, for a scale byte $1 and g $2 (float32 bits)
-_MULTIPLIER_PTX = "\n".join([
-    "{", *_DECODED_SCALE_REGS, ".reg .b32 m;", ".reg .pred pp;", *_decoded_scale_lines("$1"),
-    "div.rn.f32 m, $2, sfv;", "setp.gt.f32 pp, sfv, 0f00000000;", "selp.b32 $0, m, 0, pp;", "}",
-])  # fmt: skip
-
 # $0 v = e4m3(sf) and $1 RN(1 / v) for a scale byte $2 (needs no g: before the PDL wait)
-_RECIPROCAL_PTX = "\n".join([
-    "{", *_DECODED_SCALE_REGS, *_decoded_scale_lines("$2"), "mov.b32 $0, sfv;",
-    "rcp.rn.f32 $1, sfv;", "}",
-])  # fmt: skip
+_RECIPROCAL_PTX = """{
+.reg .b32 t, u;
+.reg .b16 h, hl, hh;
+shl.b32 t, $2, 8;
+or.b32 t, t, $2;
+cvt.u16.u32 h, t;
+cvt.rn.f16x2.e4m3x2 u, h;
+mov.b32 {hl, hh}, u;
+cvt.f32.f16 $0, hl;
+rcp.rn.f32 $1, $0;
+}"""
+
+# m = g / v if v > 0 else 0 for g $1 and v $2 (float32 bits): the division, for any g
+_MULTIPLIER_PTX = """{
+.reg .b32 m;
+.reg .pred pp;
+div.rn.f32 m, $1, $2;
+setp.gt.f32 pp, $2, 0f00000000;
+selp.b32 $0, m, 0, pp;
+}"""
 
 # m = g / v if v > 0 else 0 from g $1, v $2 and y = RN(1 / v) $3: q = RN(g y), its exact
 # residual r = g - v q, then RN(q + r y), the correctly rounded quotient wherever q, r
@@ -461,9 +457,9 @@ def block_codes(words, m_bits: cutlass.Int32, fp16: bool, *, loc=None, ip=None):
 
 
 @dsl_user_op
-def multiplier(scale_byte: cutlass.Int32, g_bits: cutlass.Int32, *, loc=None, ip=None):
-    """m = g / e4m3(scale_byte), 0 where that is not > 0 (float32 bits)."""
-    operands = [ir_i32(scale_byte, loc, ip), ir_i32(g_bits, loc, ip)]
+def multiplier(g_bits: cutlass.Int32, decoded, *, loc=None, ip=None):
+    """m = g / v, 0 where v is not > 0, from reciprocal's (v, RN(1 / v)): the division."""
+    operands = [ir_i32(g_bits, loc, ip), ir_i32(decoded[0], loc, ip)]
     return asm_i32s(1, _MULTIPLIER_PTX, "=r,r,r", operands, False, loc, ip)[0]
 
 
@@ -802,7 +798,7 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_warp, s_mu
         if g_exponent >= FAST_G_EXPONENTS[0] and g_exponent <= FAST_G_EXPONENTS[1]:
             s_mult[tidx + row] = fast_multiplier(g_bits, divisor)
         else:  # 0, subnormal, huge or non-finite g (the same branch for the whole grid)
-            s_mult[tidx + row] = multiplier(tidx + row, g_bits)
+            s_mult[tidx + row] = multiplier(g_bits, divisor)
     cute.arch.barrier()
     zero_padding(form, experts, capacity, col_tiles, scale_rows // SF_ROWS, scales, tables[0],
                  tables[1], warp_index, step, lane)  # fmt: skip
