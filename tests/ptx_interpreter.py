@@ -203,12 +203,6 @@ class PtxBlock:
         value = fma32(self.f32(a), self.f32(b), self.f32(c))
         self.put_f32(d, np.where(np.isnan(value), np.float32(0), np.clip(value, 0, 1)))
 
-    def op_min_f32(self, d, a, b):
-        self.put_f32(d, np.fmin(self.f32(a), self.f32(b)))  # a NaN operand gives the other
-
-    def op_setp_nan_f32(self, p, a, b):
-        self.r[p] = (np.isnan(self.f32(a)) | np.isnan(self.f32(b))).astype(np.uint64)
-
     def op_setp_gt_f32(self, p, a, b):
         self.r[p] = (self.f32(a) > self.f32(b)).astype(np.uint64)
 

@@ -4,7 +4,7 @@ Per 16-element block it does, in IEEE float32 and in this order, exactly the ope
 the numpy reference :func:`nvfp4_aot.quantize.quantize` (whose docstring states the
 formulas and the zero/inf/NaN rules), so the bytes are the reference's bytes:
 
-    amax = max|x_i| (NaN-propagating)   s = (g * amax) / 6         mul.rn, div.rn's fast path
+    amax = max|x_i| (NaN-propagating)   s = (g * amax) / 6         mul.rn, then y h + RN(y l)
     sf   = e4m3_rn_satfinite(s), 0x7F if amax is NaN              cvt.rn.satfinite.e4m3x2
     m    = g / e4m3(sf) if e4m3(sf) > 0 else 0                     div.rn's value (a CTA table)
     q_i  = E2M1_rne_sat(|x_i| * m), sign bit = the sign bit of x_i
@@ -60,16 +60,22 @@ scale segments and unit rows in shared memory (scans) and finds a unit row's exp
 binary search there. The kernel is compiled once per form and dtype (constexpr), so no
 form's bookkeeping is in another's code.
 
-The math is issue-bound: per block of 16 elements about 186 SASS instructions (sm_90a),
-128 of them the 8 FMA-pipe steps an element (convert, multiply, three pieces, three
-roundings). A lane's four blocks are one basic block (the stores are predicated, the
-division has no slow-path branch), so that one block's scale chain (amax, division,
-E4M3 rounding, table lookup) overlaps another's element math (two blocks at a time:
-both scale chains, then both blocks' element math on the words read again); no
-instruction clears a sign bit of an element (amax by max.xorsign.abs, |x| an operand
-modifier of the multiply), and the codes are gathered into bytes with byte permutes. A
-row's short last segment (k = 7168: 3.5 segments a row) runs a straight-line copy of
-the math for the lane's first 2 or 1 blocks only. 8 warps a CTA, 2 CTAs an SM (128
+The math is issue-bound: per block of 16 elements about 181 SASS instructions (sm_90a; a
+lane's four blocks and their addressing 740), 128 of them the 8 FMA-pipe steps an
+element (convert, multiply, three pieces, three roundings). The scale byte takes y / 6 as
+y h + RN(y l) with h + l = 1/6 (two FMA-pipe steps where div.rn's fast path took three
+and a clamp) and lets the E4M3 conversion turn a NaN into 0x7F (no compare and select),
+and the amax's sign is dropped by operand modifiers (no mask): 20 instructions fewer a
+lane's four blocks, 3-4 % a run at T = 1024 (H200, session 22); cuts of a few more that
+ptxas scheduled worse were slower (docs/h200/session22/README.md). A lane's four blocks
+are one basic block (the stores are predicated, the division has no slow-path branch),
+so that one block's scale chain (amax, division, E4M3 rounding, table lookup) overlaps
+another's element math (two blocks at a time: both scale chains, then both blocks'
+element math on the words read again); no instruction clears a sign bit of an element
+(amax by max.xorsign.abs, |x| an operand modifier of the multiply), and the codes are
+gathered into bytes with byte permutes. A row's short last segment (k = 7168: 3.5
+segments a row) runs a straight-line copy of the math for the lane's first 2 or 1
+blocks only. 8 warps a CTA, 2 CTAs an SM (128
 registers, 79 KB of shared memory a CTA): docs/h200/session12/quantizer.md,
 docs/h200/session15/quantizer.md and docs/h200/session16/quantizer.md have the
 configurations measured.
@@ -155,8 +161,8 @@ ROW_NONE, ROW_TOKENS = 0, 1
 # inline PTX
 # ---------------------------------------------------------------------------------------
 
-_SIXTH, _MINUS_SIX = "0f3E2AAAAB", "0fC0C00000"  # RN(1/6) and -6: y / 6 (6: E2M1's max)
-_FIVE_TWELVE = "0f44000000"  # 512 > 448, E4M3's largest finite value
+# 1/6 as the float32 pair RD(1/6) + RN(1/6 - RD(1/6)): y / 6 (6: E2M1's max) in two steps
+_SIXTH_HI, _SIXTH_LO = "0f3E2AAAAA", "0f322AAAAB"
 _HALF, _FOUR, _TWO = "0f3F000000", "0f40800000", "0f40000000"
 _MINUS_ONE, _MINUS_TWO = "0fBF800000", "0fC0000000"
 _MAGIC = "0f4B000000"  # 2^23: float32 bits of 2^23 + c are 0x4B000000 + c for 0 <= c < 2^23
@@ -192,26 +198,26 @@ def _code_ptx() -> str:
 
 
 def _scale_byte_lines(y: str, out: str) -> list[str]:
-    """Set ``out`` to the E4M3 byte (RNE, saturating) of RN(y / 6) for float32 y = g *
-    amax >= 0 (or +inf): the division as div.rn's own fast path, y * RN(1/6), its exact
-    residual y - 6 q, one correction, which is the correctly rounded quotient wherever
-    y and y / 6 are normal. Elsewhere it can differ from y / 6 only where the byte cannot
-    (y / 6 below 2^-126 rounds to E4M3 0 either way), and an infinite y (inf - inf in the
-    residual: NaN) is clamped to 512, which saturates to 448 as inf does. No branch (the
+    """Set ``out`` to the E4M3 byte (RNE, saturating; NaN -> 0x7F) of RN(y / 6) for
+    float32 y = g * amax >= 0, +inf or NaN, without a division: s = RN(y h + RN(y l))
+    with h + l = 1/6 to 2^-50 (h = RD(1/6), l > 0) is y / 6 correctly rounded wherever
+    y / 6 is normal (y / 6 is never a float32 midpoint, and it is within y 2^-49 of this
+    sum), and where it is not the byte is E4M3 0 either way. +inf stays +inf (l > 0: no
+    inf - inf), which saturates to 448; a NaN y (a NaN in the block) reaches the
+    conversion, whose NaN is the E4M3 NaN 0x7F: no clamp, compare or select. The
+    conversion's other byte is E4M3(0), so the 16 bits are the byte. No branch (the
     division's slow-path call split every block's code in two); tests/test_quantizer.py
-    checks the byte against the reference for every float32 y >= 0."""
+    checks the byte against the reference for every float32 y >= 0 and NaN."""
     return [
-        f"mul.rn.f32 q6, {y}, {_SIXTH};",
-        f"fma.rn.f32 r6, q6, {_MINUS_SIX}, {y};",
-        f"fma.rn.f32 s6, r6, {_SIXTH}, q6;",
-        f"min.f32 s6, s6, {_FIVE_TWELVE};",  # NaN (y = inf) -> 512
-        "cvt.rn.satfinite.e4m3x2.f32 h6, s6, s6;",
-        "cvt.u32.u16 b6, h6;",
-        f"and.b32 {out}, b6, 255;",
+        f"mul.rn.f32 p6, {y}, {_SIXTH_LO};",
+        f"fma.rn.f32 s6, {y}, {_SIXTH_HI}, p6;",
+        "mov.b32 z6, 0;",
+        "cvt.rn.satfinite.e4m3x2.f32 h6, z6, s6;",
+        f"cvt.u32.u16 {out}, h6;",
     ]
 
 
-_SCALE_BYTE_REGS = [".reg .b32 q6, r6, s6, b6;", ".reg .b16 h6;"]
+_SCALE_BYTE_REGS = [".reg .b32 p6, s6, z6;", ".reg .b16 h6;"]
 
 
 def _scale_byte_ptx() -> str:
@@ -222,23 +228,21 @@ def _scale_byte_ptx() -> str:
 def _scale_ptx(fp16: bool) -> str:
     """PTX of a block's scale byte: $1..$8 its 16 inputs as 8 x (2 x 16-bit) words,
     element 2i in the low half of word i; $9 g (float32 bits). Out: $0 the E4M3 byte."""
-    lines = ["{", ".reg .b32 r<4>, t, amax, y, sfb;", ".reg .b16 hl, hh;", ".reg .pred pn;"]
+    lines = ["{", ".reg .b32 r<4>, t, amax, y;", ".reg .b16 hl, hh;"]
     lines += _SCALE_BYTE_REGS
     # amax: packed NaN-propagating max of the magnitudes (exact: a max is a selection;
-    # .xorsign.abs compares |a| and |b| and gives the result a sign we clear once), then
-    # the larger half as float32
+    # .xorsign.abs compares |a| and |b| and gives the result a sign, which the float32
+    # max's |.| operand modifiers drop), then the larger half as float32
     vmax = "max.NaN.xorsign.abs." + ("f16x2" if fp16 else "bf16x2")
     lines += [f"{vmax} r{i}, ${1 + 2 * i}, ${2 + 2 * i};" for i in range(4)]
     lines += [f"{vmax} r0, r0, r1;", f"{vmax} r2, r2, r3;", f"{vmax} r0, r0, r2;"]
-    lines.append("and.b32 r0, r0, 0x7FFF7FFF;")
     if fp16:
         lines += ["mov.b32 {hl, hh}, r0;", "cvt.f32.f16 t, hl;", "cvt.f32.f16 amax, hh;"]
     else:
         lines += ["shl.b32 t, r0, 16;", "and.b32 amax, r0, 0xFFFF0000;"]
-    lines += ["max.NaN.f32 amax, amax, t;", "mul.rn.f32 y, $9, amax;"]
-    lines += _scale_byte_lines("y", "sfb")
-    # NaN in the block -> 0x7F
-    lines += ["setp.nan.f32 pn, amax, amax;", "selp.b32 $0, 127, sfb, pn;", "}"]
+    lines += ["abs.f32 t, t;", "abs.f32 amax, amax;", "max.NaN.f32 amax, amax, t;"]
+    # a NaN in the block makes y NaN (whatever g is), which the byte turns into 0x7F
+    lines += ["mul.rn.f32 y, $9, amax;", *_scale_byte_lines("y", "$0"), "}"]
     return "\n".join(lines)
 
 
