@@ -75,10 +75,9 @@ element math on the words read again); no instruction clears a sign bit of an el
 (amax by max.xorsign.abs, |x| an operand modifier of the multiply), and the codes are
 gathered into bytes with byte permutes. A row's short last segment (k = 7168: 3.5
 segments a row) runs a straight-line copy of the math for the lane's first 2 or 1
-blocks only. 8 warps a CTA, 2 CTAs an SM (128
-registers, 79 KB of shared memory a CTA): docs/h200/session12/quantizer.md,
-docs/h200/session15/quantizer.md and docs/h200/session16/quantizer.md have the
-configurations measured.
+blocks only. 8 warps a CTA, 2 CTAs an SM (128 registers, 79 KB of shared memory a CTA):
+docs/h200/session12/quantizer.md, docs/h200/session15/quantizer.md and
+docs/h200/session16/quantizer.md have the configurations measured.
 
 Launched with programmatic stream serialization (``use_pdl``): the grid may start while
 the kernel before it still runs, reads only the plan and run words (the host's, copied
