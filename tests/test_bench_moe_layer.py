@@ -54,7 +54,17 @@ def test_bench_case_plumbing_on_cpu(bench, monkeypatch):
     no-ops on CPU tensors: every column filled, the table rendered."""
     cuda_stubs.install(monkeypatch)
     monkeypatch.setattr(bench, "STEPS", 6)
+    import bench_moe
     from bench_common import GpuHold  # bench's sys.path entry is gone: already imported
+
+    def gpu_activities(fn):
+        """The sync check's count of a step's GPU activities comes from torch.profiler's
+        CUDA activity, which a CPU build of torch refuses: the step runs once, as there,
+        and the rest of the check runs on the stubs."""
+        fn(0)
+        return 3
+
+    monkeypatch.setattr(bench_moe, "gpu_activities", gpu_activities)
 
     generator = torch.Generator().manual_seed(1)
     w = bench.Weights(6, 128, 64, "cpu", generator)
