@@ -5,7 +5,7 @@
 * ``verify``  random problems on the GPU against the float64 reference; exit 1 on any
               mismatch.
 * ``bench``   CUDA-event timing of the grouped GEMM: median and p10/p90 per case.
-* ``quantize`` a .npy weight -> NVFP4 B / SFB / scale_2 files (:mod:`nvfp4_aot.quantize`);
+* ``quantize`` a .npy or .safetensors weight -> NVFP4 B / SFB / scale_2 files (:mod:`nvfp4_aot.quantize`);
               no GPU.
 
 Shapes come from ``--shapes FILE`` (JSON: ``{"tests": [...], "benchmarks": [...]}`` of
@@ -890,20 +890,27 @@ def _bench_result(case: Case, variants: list[str], times_us: list[float]) -> dic
     default=None,
     help="For a 3-D weight: the axis of the experts, 0 ((E, n, k), the default) or 1.",
 )
+@click.option(
+    "--tensor",
+    default=None,
+    help="For a .safetensors WEIGHT: the tensor to quantize (needed if it holds several).",
+)
 @json_option
-def quantize(weight, out_dir, experts_axis, as_json):
-    """Quantize a .npy weight to NVFP4 files the GEMM reads (no GPU needed).
+def quantize(weight, out_dir, experts_axis, tensor, as_json):
+    """Quantize a .npy or .safetensors weight to NVFP4 files the GEMM reads (no GPU
+    needed).
 
-    WEIGHT is (n, k) or per-expert (E, n, k), K last, k a multiple of 16; float32,
-    float16, float64 or bfloat16 stored as uint16 bits. Each expert gets its own global
-    scale g = 2688 / amax; B.npy holds the packed FP4 codes, SFB.npy the E4M3 block
-    scales in the blocked layout (expert after expert), scale_2.npy 1 / g per expert
-    (the weight's factor of alpha). See nvfp4_aot.quantize for the exact formulas.
+    WEIGHT is (n, k) or per-expert (E, n, k), K last, k a multiple of 16: a .npy array
+    (float32, float16, float64, or bfloat16 stored as uint16 bits) or one tensor of a
+    .safetensors file (BF16, F16, F32 or F64). Each expert gets its own global scale
+    g = 2688 / amax; B.npy holds the packed FP4 codes, SFB.npy the E4M3 block scales in
+    the blocked layout (expert after expert), scale_2.npy 1 / g per expert (the weight's
+    factor of alpha). See nvfp4_aot.quantize for the exact formulas.
     """
     from . import quantize as quantizer
 
     try:
-        document = quantizer.save_weight(weight, out_dir, experts_axis)
+        document = quantizer.save_weight(weight, out_dir, experts_axis, tensor)
     except (ValueError, TypeError) as exc:
         raise click.ClickException(f"{weight}: {exc}") from None
     if as_json:
@@ -912,4 +919,6 @@ def quantize(weight, out_dir, experts_axis, as_json):
     shape = [document["n"], document["k"]]
     if document["experts"] is not None:
         shape.insert(0, document["experts"])
-    click.echo(f"quantized {weight} {tuple(shape)} {document['source_dtype']} -> {out_dir}")
+    click.echo(
+        f"quantized {document['source']} {tuple(shape)} {document['source_dtype']} -> {out_dir}"
+    )

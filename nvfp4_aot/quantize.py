@@ -59,6 +59,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import safetensors_file
 from .blocked import SF_VEC_SIZE, blocked_scale_bytes
 from .layouts import E4M3_MAX, E4M3_VALUES, pack_fp4, scales_to_blocked
 from .reference import dequantize as _dequantize_codes
@@ -382,25 +383,34 @@ def describe(q: QuantizedWeight, source: str, dtype: str) -> dict:
     }
 
 
-def save_weight(path, out_dir, experts_axis: int | None = None) -> dict:
-    """Quantize the weight in the .npy file ``path`` and write :data:`FILES` to
-    ``out_dir`` (created if missing). Returns the JSON description.
+def save_weight(path, out_dir, experts_axis: int | None = None, tensor: str | None = None) -> dict:
+    """Quantize the weight in ``path`` and write :data:`FILES` to ``out_dir`` (created if
+    missing). Returns the JSON description. ``path`` is a .npy array or a .safetensors
+    file, whose tensor ``tensor`` is read (optional where the file holds one; BF16 as
+    its bits, :mod:`nvfp4_aot.safetensors_file`).
 
     Raises ValueError or TypeError naming what is wrong with the file or its array.
     """
     path, out_dir = Path(path), Path(out_dir)
-    try:
-        weight = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read {path} as a .npy array: {exc}") from None
-    if not isinstance(weight, np.ndarray):
-        raise ValueError(f"{path} is not a single .npy array")
+    if path.suffix == safetensors_file.SUFFIX:
+        weight, dtype, name = safetensors_file.read_tensor(path, tensor)
+        source = f"{path.name}:{name}"
+    elif tensor is not None:
+        raise ValueError(f"a tensor name ({tensor!r}) is for a {safetensors_file.SUFFIX} file")
+    else:
+        try:
+            weight = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read {path} as a .npy array: {exc}") from None
+        if not isinstance(weight, np.ndarray):
+            raise ValueError(f"{path} is not a single .npy array")
+        dtype, source = str(weight.dtype), path.name
     q = quantize_weight(weight, experts_axis)
     out_dir.mkdir(parents=True, exist_ok=True)
     np.save(out_dir / FILES["B"], q.packed)
     np.save(out_dir / FILES["SFB"], q.scales_blocked)
     np.save(out_dir / FILES["scale_2"], q.scale_2)
     np.save(out_dir / FILES["global_scale"], q.global_scale)
-    document = describe(q, path.name, str(weight.dtype))
+    document = describe(q, source, dtype)
     (out_dir / FILES["description"]).write_text(json.dumps(document, indent=2) + "\n")
     return document

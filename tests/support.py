@@ -8,18 +8,21 @@ fake_driver.py).
   device addresses.
 * ``gpu_unavailable``: how a GPU test says the device cannot run it (a skip, or a
   failure under ``NVFP4_AOT_REQUIRE_GPU=1``).
+* ``write_safetensors``: .safetensors files written byte by byte (no safetensors package).
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import os
 import random
 import struct
 from pathlib import Path
 from typing import NoReturn
 
+import numpy as np
 import pytest
 
 from nvfp4_aot import operands
@@ -277,3 +280,42 @@ DECODE = "sm90_nvfp4_grouped_gemm_decode"
 DECODE_EXTRA = {"family": DECODE, "tile": (16, 128, 128), "blocks_per_sm": 2}
 DECODE32 = "sm90_nvfp4_grouped_gemm_decode32"
 DECODE32_EXTRA = {"family": DECODE32, "tile": (32, 128, 128), "blocks_per_sm": 2}
+
+
+# .safetensors files -------------------------------------------------------------------
+
+SAFETENSORS_CODES = {
+    "BF16": "<u2",
+    "F16": "<f2",
+    "F32": "<f4",
+    "F64": "<f8",
+    "I32": "<i4",
+    "U8": "u1",
+}
+
+
+def write_safetensors(path, tensors: dict, metadata=None, entries=None, cut: int = 0) -> None:
+    """A .safetensors file as the format specifies it (header size, JSON header padded
+    with spaces to 8 bytes as the safetensors package pads it, row-major little-endian
+    data). ``tensors``: name -> (safetensors dtype, array). ``entries`` replaces header
+    fields of named tensors (malformed files); ``cut`` drops bytes from the end."""
+    header, blobs, offset = {}, [], 0
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, (dtype, array) in tensors.items():
+        data = np.ascontiguousarray(array, dtype=SAFETENSORS_CODES[dtype]).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(array.shape),
+                        "data_offsets": [offset, offset + len(data)]}  # fmt: skip
+        blobs.append(data)
+        offset += len(data)
+    for name, fields in (entries or {}).items():
+        header[name].update(fields)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    raw = struct.pack("<Q", len(text)) + text + b"".join(blobs)
+    path.write_bytes(raw[: len(raw) - cut])
+
+
+def bf16_bits(values: np.ndarray) -> np.ndarray:
+    """bfloat16 bits (uint16) of ``values`` rounded toward zero."""
+    return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)

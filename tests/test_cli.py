@@ -43,7 +43,7 @@ from nvfp4_aot.moe_layout import (
     SF_BLOCK_ROWS,
 )
 from nvfp4_aot.reference import dequantize
-from support import kernel_params_of
+from support import bf16_bits, kernel_params_of, write_safetensors
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "artifacts"
@@ -850,6 +850,47 @@ def test_quantize_experts_axis_one(tmp_path):
     assert result.exit_code == 0, result.output
     for name in ("B.npy", "SFB.npy", "scale_2.npy"):
         assert np.array_equal(np.load(tmp_path / "a" / name), np.load(tmp_path / "b" / name))
+
+
+def test_quantize_a_safetensors_tensor(tmp_path):
+    """One tensor of a checkpoint beside others: the files its BF16 bits give from a .npy,
+    the JSON naming the tensor and its dtype."""
+    rng = np.random.default_rng(3)
+    w1 = bf16_bits(rng.standard_normal((2, 40, 64)))
+    write_safetensors(tmp_path / "model.safetensors",
+                      {"experts.w1": ("BF16", w1),
+                       "experts.w2": ("F32", rng.standard_normal((2, 64, 32)))},
+                      metadata={"format": "pt"})  # fmt: skip
+    np.save(tmp_path / "w1.npy", w1)
+    assert (
+        invoke("quantize", str(tmp_path / "w1.npy"), "--out", str(tmp_path / "npy")).exit_code == 0
+    )
+    result = invoke("quantize", str(tmp_path / "model.safetensors"), "--tensor", "experts.w1",
+                    "--out", str(tmp_path / "st"), "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    described = json.loads(result.output)
+    assert described["source"] == "model.safetensors:experts.w1"
+    assert described["source_dtype"] == "BF16" and described["experts"] == 2
+    for name in ("B.npy", "SFB.npy", "scale_2.npy", "global_scale.npy"):
+        assert np.array_equal(np.load(tmp_path / "npy" / name), np.load(tmp_path / "st" / name))
+
+
+def test_quantize_safetensors_errors_name_the_tensor(tmp_path):
+    path = tmp_path / "model.safetensors"
+    write_safetensors(path, {"a": ("F32", np.ones((4, 16), np.float32)),
+                             "b": ("I32", np.ones((4, 16), np.int32))})  # fmt: skip
+    result = invoke("quantize", str(path), "--out", str(tmp_path / "o"))
+    assert result.exit_code == 1 and "holds 2 tensors; name one (a, b)" in result.output
+    result = invoke("quantize", str(path), "--tensor", "b", "--out", str(tmp_path / "o"))
+    assert (
+        result.exit_code == 1 and "tensor 'b': dtype 'I32' is not a weight dtype" in result.output
+    )
+    np.save(tmp_path / "w.npy", np.ones((4, 16), np.float32))
+    result = invoke(
+        "quantize", str(tmp_path / "w.npy"), "--tensor", "a", "--out", str(tmp_path / "o")
+    )
+    assert result.exit_code == 1 and "is for a .safetensors file" in result.output
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,122 @@
+"""Read one tensor of a .safetensors file with numpy, for the weight quantizer.
+
+The format (huggingface/safetensors): an 8-byte little-endian header size N, N bytes of
+JSON mapping each tensor's name to its ``dtype``, ``shape`` and ``data_offsets`` (begin,
+end) in the byte buffer that follows the header (plus an optional ``__metadata__`` of
+strings), then that buffer, every tensor little-endian and row-major. A weight is read
+by memory-mapping its bytes, so a multi-gigabyte checkpoint costs only the tensor asked
+for. numpy has no bfloat16, the dtype checkpoints hold: BF16 comes back as its uint16
+bits, which :func:`nvfp4_aot.quantize.quantize_weight` takes as bfloat16. Reading a
+tensor is a header and an offset, so the safetensors package (a compiled dependency,
+whose numpy loader needs a bfloat16 dtype from elsewhere) is not needed.
+
+Every check names the file, the tensor and the field, before any byte is read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+SUFFIX = ".safetensors"
+HEADER_LIMIT = 100_000_000  # the format's own cap on the JSON header (bytes)
+METADATA = "__metadata__"
+
+# the weight dtypes the quantizer takes -> the numpy dtype their bytes are read as
+WEIGHT_DTYPES = {
+    "BF16": np.dtype("<u2"),  # bfloat16 bits
+    "F16": np.dtype("<f2"),
+    "F32": np.dtype("<f4"),
+    "F64": np.dtype("<f8"),
+}
+
+
+def header(path) -> tuple[dict, int]:
+    """(the tensors' entries by name, the file offset their byte buffer starts at).
+    Raises ValueError naming what is wrong with the file's header."""
+    path = Path(path)
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        prefix = f.read(8)
+        if len(prefix) < 8:
+            raise ValueError(f"{path}: {size} bytes, shorter than a safetensors header size")
+        length = int.from_bytes(prefix, "little")
+        if not 2 <= length <= min(HEADER_LIMIT, size - 8):
+            raise ValueError(
+                f"{path}: header size {length} does not fit a file of {size} bytes "
+                "(not a safetensors file?)"
+            )
+        text = f.read(length)
+    try:
+        entries = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: the header is not JSON ({exc})") from None
+    if not isinstance(entries, dict):
+        raise ValueError(f"{path}: the header is not a JSON object")
+    entries.pop(METADATA, None)
+    return entries, 8 + length
+
+
+def read_tensor(path, name: str | None = None) -> tuple[np.ndarray, str, str]:
+    """(tensor ``name`` of the file as a read-only array, its safetensors dtype, its
+    name); ``name`` may be left out when the file holds one tensor. BF16 comes back as
+    uint16 bits.
+    Raises ValueError naming the file, the tensor and the field that is wrong."""
+    path = Path(path)
+    entries, data_start = header(path)
+    if name is None:
+        if len(entries) != 1:
+            raise ValueError(f"{path} holds {len(entries)} tensors; name one ({_names(entries)})")
+        (name,) = entries
+    entry = entries.get(name)
+    if entry is None:
+        raise ValueError(f"{path} has no tensor {name!r} ({_names(entries)})")
+    where = f"{path}: tensor {name!r}"
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where}: its header entry is not an object")
+    dtype = entry.get("dtype")
+    if dtype not in WEIGHT_DTYPES:
+        raise ValueError(
+            f"{where}: dtype {dtype!r} is not a weight dtype the quantizer takes "
+            f"({', '.join(WEIGHT_DTYPES)})"
+        )
+    shape = entry.get("shape")
+    if not isinstance(shape, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        raise ValueError(f"{where}: shape {shape!r} is not a list of sizes")
+    offsets = entry.get("data_offsets")
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+    ):
+        raise ValueError(f"{where}: data_offsets {offsets!r} is not [begin, end]")
+    begin, end = offsets
+    numpy_dtype = WEIGHT_DTYPES[dtype]
+    expected = math.prod(shape) * numpy_dtype.itemsize
+    if not 0 <= begin <= end or end - begin != expected:
+        raise ValueError(
+            f"{where}: data_offsets [{begin}, {end}] hold {end - begin} bytes, its "
+            f"{dtype} shape {tuple(shape)} needs {expected}"
+        )
+    size = path.stat().st_size
+    if data_start + end > size:
+        raise ValueError(
+            f"{where}: its bytes end at {data_start + end}, past the file's {size} "
+            "(a truncated file?)"
+        )
+    if expected == 0:  # memmap cannot map nothing
+        return np.zeros(shape, dtype=numpy_dtype), dtype, name
+    count = expected // numpy_dtype.itemsize
+    flat = np.memmap(path, dtype=numpy_dtype, mode="r", offset=data_start + begin, shape=(count,))
+    return flat.reshape(shape), dtype, name
+
+
+def _names(entries: dict, most: int = 8) -> str:
+    names = sorted(entries)
+    shown = ", ".join(names[:most])
+    return shown + (f", ... {len(names) - most} more" if len(names) > most else "")
