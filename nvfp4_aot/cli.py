@@ -5,8 +5,8 @@
 * ``verify``  random problems on the GPU against the float64 reference; exit 1 on any
               mismatch.
 * ``bench``   CUDA-event timing of the grouped GEMM: median and p10/p90 per case.
-* ``quantize`` a .npy or .safetensors weight -> NVFP4 B / SFB / scale_2 files (:mod:`nvfp4_aot.quantize`);
-              no GPU.
+* ``quantize`` a .npy or .safetensors weight -> NVFP4 B / SFB / scale_2 files
+              (:mod:`nvfp4_aot.quantize`); no GPU.
 
 Shapes come from ``--shapes FILE`` (JSON: ``{"tests": [...], "benchmarks": [...]}`` of
 ``{"m": [...], "n": [...], "k": [...]}`` cases, as in GPU MODE's task.yml, or a bare

@@ -10,7 +10,8 @@ bits, which :func:`nvfp4_aot.quantize.quantize_weight` takes as bfloat16. Readin
 tensor is a header and an offset, so the safetensors package (a compiled dependency,
 whose numpy loader needs a bfloat16 dtype from elsewhere) is not needed.
 
-Every check names the file, the tensor and the field, before any byte is read.
+Every check names the file, the tensor and the field, before any of the tensor's
+bytes is read.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def read_tensor(path, name: str | None = None) -> tuple[np.ndarray, str, str]:
     if not isinstance(entry, dict):
         raise ValueError(f"{where}: its header entry is not an object")
     dtype = entry.get("dtype")
-    if dtype not in WEIGHT_DTYPES:
+    if not isinstance(dtype, str) or dtype not in WEIGHT_DTYPES:
         raise ValueError(
             f"{where}: dtype {dtype!r} is not a weight dtype the quantizer takes "
             f"({', '.join(WEIGHT_DTYPES)})"

@@ -52,6 +52,7 @@ def test_one_tensor_needs_no_name_and_several_do(tmp_path):
     "entries, cut, message",
     [
         ({"w": {"dtype": "I32"}}, 0, "tensor 'w': dtype 'I32' is not a weight dtype"),
+        ({"w": {"dtype": ["F32"]}}, 0, "tensor 'w': dtype ['F32'] is not a weight dtype"),
         ({"w": {"shape": [4, -16]}}, 0, "tensor 'w': shape [4, -16] is not a list of sizes"),
         ({"w": {"shape": "4x16"}}, 0, "tensor 'w': shape '4x16' is not a list of sizes"),
         ({"w": {"data_offsets": [0]}}, 0, "tensor 'w': data_offsets [0] is not [begin, end]"),
