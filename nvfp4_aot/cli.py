@@ -893,7 +893,8 @@ def _bench_result(case: Case, variants: list[str], times_us: list[float]) -> dic
 @click.option(
     "--tensor",
     default=None,
-    help="For a .safetensors WEIGHT: the tensor to quantize (needed if it holds several).",
+    help="For a .safetensors WEIGHT: the tensor to quantize (needed if it holds several); "
+    "a name with {e} stacks experts 0, 1, ... into (E, n, k).",
 )
 @json_option
 def quantize(weight, out_dir, experts_axis, tensor, as_json):

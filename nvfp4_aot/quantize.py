@@ -387,12 +387,20 @@ def save_weight(path, out_dir, experts_axis: int | None = None, tensor: str | No
     """Quantize the weight in ``path`` and write :data:`FILES` to ``out_dir`` (created if
     missing). Returns the JSON description. ``path`` is a .npy array or a .safetensors
     file, whose tensor ``tensor`` is read (optional where the file holds one; BF16 as
-    its bits, :mod:`nvfp4_aot.safetensors_file`).
+    its bits, :mod:`nvfp4_aot.safetensors_file`); a name with ``{e}`` reads the
+    experts e = 0, 1, ... of a MoE layer as one (E, n, k) weight.
 
     Raises ValueError or TypeError naming what is wrong with the file or its array.
     """
     path, out_dir = Path(path), Path(out_dir)
-    if path.suffix == safetensors_file.SUFFIX:
+    if path.suffix == safetensors_file.SUFFIX and tensor and safetensors_file.EXPERT in tensor:
+        if experts_axis not in (None, 0):
+            raise ValueError(
+                f"the experts {tensor!r} names are stacked on axis 0, not {experts_axis}"
+            )
+        weight, dtype = safetensors_file.read_experts(path, tensor)
+        source = f"{path.name}:{tensor}"
+    elif path.suffix == safetensors_file.SUFFIX:
         weight, dtype, name = safetensors_file.read_tensor(path, tensor)
         source = f"{path.name}:{name}"
     elif tensor is not None:

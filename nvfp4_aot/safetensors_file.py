@@ -1,4 +1,5 @@
-"""Read one tensor of a .safetensors file with numpy, for the weight quantizer.
+"""Read one tensor of a .safetensors file with numpy, or a MoE layer's per-expert tensors
+stacked (E, n, k), for the weight quantizer.
 
 The format (huggingface/safetensors): an 8-byte little-endian header size N, N bytes of
 JSON mapping each tensor's name to its ``dtype``, ``shape`` and ``data_offsets`` (begin,
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +27,7 @@ import numpy as np
 SUFFIX = ".safetensors"
 HEADER_LIMIT = 100_000_000  # the format's own cap on the JSON header (bytes)
 METADATA = "__metadata__"
+EXPERT = "{e}"  # in a tensor name: the expert index (read_experts)
 
 # the weight dtypes the quantizer takes -> the numpy dtype their bytes are read as
 WEIGHT_DTYPES = {
@@ -72,9 +75,46 @@ def read_tensor(path, name: str | None = None) -> tuple[np.ndarray, str, str]:
         if len(entries) != 1:
             raise ValueError(f"{path} holds {len(entries)} tensors; name one ({_names(entries)})")
         (name,) = entries
-    entry = entries.get(name)
-    if entry is None:
+    if name not in entries:
         raise ValueError(f"{path} has no tensor {name!r} ({_names(entries)})")
+    return _tensor(path, entries, data_start, name), entries[name]["dtype"], name
+
+
+def read_experts(path, pattern: str) -> tuple[np.ndarray, str]:
+    """(the tensors ``pattern`` names with its one ``{e}`` = 0, 1, ..., E - 1, stacked
+    on a new first axis, their safetensors dtype): a MoE layer's per-expert weights as
+    one (E, n, k) array. Every expert from 0 to the last one present must be there,
+    with one dtype and shape. Raises ValueError naming the expert that is missing or
+    differs."""
+    path = Path(path)
+    if pattern.count(EXPERT) != 1:
+        raise ValueError(f"the pattern {pattern!r} must hold {EXPERT} once")
+    entries, data_start = header(path)
+    prefix, suffix = pattern.split(EXPERT)
+    index = re.compile(re.escape(prefix) + "(0|[1-9][0-9]*)" + re.escape(suffix))
+    names = {int(m.group(1)): m.group(0) for m in map(index.fullmatch, entries) if m}
+    if not names:
+        raise ValueError(f"{path} has no tensor {pattern!r} for any expert ({_names(entries)})")
+    missing = sorted(set(range(max(names) + 1)) - set(names))
+    if missing:
+        raise ValueError(
+            f"{path}: {pattern!r} has experts up to {max(names)} but not expert "
+            f"{missing[0]} ({pattern.replace(EXPERT, str(missing[0]))!r})"
+        )
+    experts = [_tensor(path, entries, data_start, names[e]) for e in range(len(names))]
+    dtype = entries[names[0]]["dtype"]
+    for e, array in enumerate(experts):
+        if (entries[names[e]]["dtype"], array.shape) != (dtype, experts[0].shape):
+            raise ValueError(
+                f"{path}: tensor {names[e]!r} (expert {e}) is {entries[names[e]]['dtype']} "
+                f"{array.shape}, expert 0's {dtype} {experts[0].shape}"
+            )
+    return np.stack(experts), dtype
+
+
+def _tensor(path: Path, entries: dict, data_start: int, name: str) -> np.ndarray:
+    """Tensor ``name`` (in ``entries``) checked and mapped read-only."""
+    entry = entries[name]
     where = f"{path}: tensor {name!r}"
     if not isinstance(entry, dict):
         raise ValueError(f"{where}: its header entry is not an object")
@@ -111,10 +151,10 @@ def read_tensor(path, name: str | None = None) -> tuple[np.ndarray, str, str]:
             "(a truncated file?)"
         )
     if expected == 0:  # memmap cannot map nothing
-        return np.zeros(shape, dtype=numpy_dtype), dtype, name
+        return np.zeros(shape, dtype=numpy_dtype)
     count = expected // numpy_dtype.itemsize
     flat = np.memmap(path, dtype=numpy_dtype, mode="r", offset=data_start + begin, shape=(count,))
-    return flat.reshape(shape), dtype, name
+    return flat.reshape(shape)
 
 
 def _names(entries: dict, most: int = 8) -> str:

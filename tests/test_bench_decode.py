@@ -30,7 +30,7 @@ def cpu_cuda(monkeypatch):
         sys.modules.pop(module, None)
 
 
-def case_args(bench, *options, **values):
+def case_args(*options, **values):
     """The arguments bench_moe.add_case_options parses (the options MoeCase reads, so a
     new one reaches these tests), with ``values`` set."""
     import bench_moe
@@ -49,7 +49,7 @@ def test_bench_case_runs_end_to_end(cpu_cuda):
     with installed(fake):
         experts, n, k, tokens = 300, 128, 256, 8  # two GEMM launches (256 + 44 experts)
         weights = bench_decode.make_weights(experts, n, k, torch.device("cpu"))
-        args = case_args(bench_decode, "--pointers", seed=0, steps=12)
+        args = case_args("--pointers", seed=0, steps=12)
         row = bench_decode.bench_case(
             experts, n, k, tokens, weights, 4e12, GpuHold(), args, torch.device("cpu")
         )
@@ -79,7 +79,7 @@ def test_bench_moe_case_shares_the_setup(cpu_cuda):
     with installed(fake):
         experts, n, k, tokens = 8, 128, 256, 8
         weights = bench_moe.make_weights(experts, n, k, torch.device("cpu"))
-        args = case_args(bench_moe, "--pointers", seed=0, steps=12)
+        args = case_args("--pointers", seed=0, steps=12)
         bench_moe.sync_check = lambda _fn, _hold: {"stubbed": True}
         row = bench_moe.bench_case(
             "cpu", experts, n, k, tokens, weights, 4e12, GpuHold(), args, torch.device("cpu")

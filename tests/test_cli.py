@@ -875,6 +875,32 @@ def test_quantize_a_safetensors_tensor(tmp_path):
         assert np.array_equal(np.load(tmp_path / "npy" / name), np.load(tmp_path / "st" / name))
 
 
+def test_quantize_a_moe_layers_experts_from_safetensors(tmp_path):
+    """experts.{e}.w: the per-expert tensors of a layer as one (E, n, k) weight, the
+    files the stacked bits give from a .npy, each expert with its own global scale."""
+    rng = np.random.default_rng(4)
+    experts = [bf16_bits(rng.standard_normal((24, 32)) * (e + 1)) for e in range(3)]
+    path = tmp_path / "layer.safetensors"
+    write_safetensors(path, {f"experts.{e}.w": ("BF16", w) for e, w in enumerate(experts)})
+    np.save(tmp_path / "stacked.npy", np.stack(experts))
+    assert (
+        invoke("quantize", str(tmp_path / "stacked.npy"), "--out", str(tmp_path / "npy")).exit_code
+        == 0
+    )
+    result = invoke(
+        "quantize", str(path), "--tensor", "experts.{e}.w", "--out", str(tmp_path / "st"), "--json"
+    )
+    assert result.exit_code == 0, result.output
+    described = json.loads(result.output)
+    assert described["experts"] == 3 and described["source"] == "layer.safetensors:experts.{e}.w"
+    for name in ("B.npy", "SFB.npy", "scale_2.npy", "global_scale.npy"):
+        assert np.array_equal(np.load(tmp_path / "npy" / name), np.load(tmp_path / "st" / name))
+    assert len(set(np.load(tmp_path / "st" / "global_scale.npy").tolist())) == 3
+    result = invoke("quantize", str(path), "--tensor", "experts.{e}.w", "--experts-axis", "1",
+                    "--out", str(tmp_path / "o"))  # fmt: skip
+    assert result.exit_code == 1 and "stacked on axis 0, not 1" in result.output
+
+
 def test_quantize_safetensors_errors_name_the_tensor(tmp_path):
     path = tmp_path / "model.safetensors"
     write_safetensors(path, {"a": ("F32", np.ones((4, 16), np.float32)),

@@ -10,7 +10,7 @@ import struct
 import numpy as np
 import pytest
 
-from nvfp4_aot.safetensors_file import WEIGHT_DTYPES, read_tensor
+from nvfp4_aot.safetensors_file import WEIGHT_DTYPES, read_experts, read_tensor
 from support import SAFETENSORS_CODES, bf16_bits, write_safetensors
 
 
@@ -83,3 +83,56 @@ def test_a_file_that_is_not_safetensors_is_refused(tmp_path, raw, message):
     path.write_bytes(raw)
     with pytest.raises(ValueError, match=message):
         read_tensor(path, "w")
+
+
+def expert_file(path, experts: dict, extra=None) -> None:
+    """Tensors layers.0.experts.<e>.w for the given {e: (dtype, array)}, beside others."""
+    tensors = {f"layers.0.experts.{e}.w": value for e, value in experts.items()}
+    tensors.update(extra or {})
+    write_safetensors(path, tensors)
+
+
+def test_experts_stack_in_index_order(tmp_path):
+    rng = np.random.default_rng(1)
+    arrays = [bf16_bits(rng.standard_normal((8, 32))) for _ in range(12)]
+    path = tmp_path / "m.safetensors"
+    others = {"layers.0.experts.03.w": ("BF16", arrays[0]),  # not an index: a leading zero
+              "layers.0.experts.1.w.bias": ("F32", np.ones((8,), np.float32)),
+              "layers.1.experts.0.w": ("BF16", arrays[0])}  # fmt: skip
+    expert_file(path, {e: ("BF16", a) for e, a in reversed(list(enumerate(arrays)))}, others)
+    stacked, dtype = read_experts(path, "layers.0.experts.{e}.w")
+    assert dtype == "BF16" and stacked.shape == (12, 8, 32)
+    assert np.array_equal(stacked, np.stack(arrays))  # e = 10, 11 after 9, not after 1
+
+
+@pytest.mark.parametrize(
+    "experts, pattern, message",
+    [
+        (
+            {0: "a", 1: "a", 3: "a"},
+            "layers.0.experts.{e}.w",
+            "up to 3 but not expert 2 ('layers.0.experts.2.w')",
+        ),
+        (
+            {0: "a", 1: "b"},
+            "layers.0.experts.{e}.w",
+            "'layers.0.experts.1.w' (expert 1) is F32 (4, 32), expert 0's F32 (8, 32)",
+        ),
+        (
+            {0: "a", 1: "h"},
+            "layers.0.experts.{e}.w",
+            "(expert 1) is F16 (8, 32), expert 0's F32 (8, 32)",
+        ),
+        ({0: "a"}, "layers.1.experts.{e}.w", "no tensor 'layers.1.experts.{e}.w' for any expert"),
+        ({0: "a"}, "layers.0.experts.w", "must hold {e} once"),
+        ({0: "a"}, "layers.{e}.experts.{e}.w", "must hold {e} once"),
+    ],
+)
+def test_experts_that_are_missing_or_differ_are_named(tmp_path, experts, pattern, message):
+    kinds = {"a": ("F32", np.ones((8, 32), np.float32)), "b": ("F32", np.ones((4, 32), np.float32)),
+             "h": ("F16", np.ones((8, 32), np.float16))}  # fmt: skip
+    path = tmp_path / "m.safetensors"
+    expert_file(path, {e: kinds[kind] for e, kind in experts.items()})
+    with pytest.raises(ValueError) as error:
+        read_experts(path, pattern)
+    assert message in str(error.value)
