@@ -892,12 +892,14 @@ def _bench_result(case: Case, variants: list[str], times_us: list[float]) -> dic
 )
 @click.option(
     "--tensor",
-    default=None,
+    "tensors",
+    multiple=True,
     help="For a .safetensors WEIGHT: the tensor to quantize (needed if it holds several); "
-    "a name with {e} stacks experts 0, 1, ... into (E, n, k).",
+    "a name with {e} stacks experts 0, 1, ... into (E, n, k); given again, the tensors are "
+    "concatenated along n (gate and up as one fused weight).",
 )
 @json_option
-def quantize(weight, out_dir, experts_axis, tensor, as_json):
+def quantize(weight, out_dir, experts_axis, tensors, as_json):
     """Quantize a .npy or .safetensors weight to NVFP4 files the GEMM reads (no GPU
     needed).
 
@@ -911,9 +913,12 @@ def quantize(weight, out_dir, experts_axis, tensor, as_json):
     from . import quantize as quantizer
 
     try:
-        document = quantizer.save_weight(weight, out_dir, experts_axis, tensor)
+        document = quantizer.save_weight(weight, out_dir, experts_axis, tensors)
     except (ValueError, TypeError) as exc:
-        raise click.ClickException(f"{weight}: {exc}") from None
+        message = str(exc)  # the file's messages name it already; the array's do not
+        raise click.ClickException(
+            message if str(weight) in message else f"{weight}: {message}"
+        ) from None
     if as_json:
         emit_json(document)
         return

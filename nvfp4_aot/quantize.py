@@ -383,28 +383,52 @@ def describe(q: QuantizedWeight, source: str, dtype: str) -> dict:
     }
 
 
-def save_weight(path, out_dir, experts_axis: int | None = None, tensor: str | None = None) -> dict:
+def read_safetensors_weight(path, tensors: tuple[str, ...], experts_axis: int | None = None):
+    """(weight, its safetensors dtype, a source label) from a .safetensors file: the one
+    tensor it holds, or the named ones (BF16 as its bits, :mod:`nvfp4_aot.safetensors_file`).
+    A name with ``{e}`` reads the experts e = 0, 1, ... of a MoE layer as one (E, n, k)
+    weight (experts on axis 0). Several names are concatenated along n in the order
+    given (gate and up projections as one fused weight, one global scale per expert);
+    they must agree in dtype and in every other dimension."""
+    if len(tensors) > 1 and experts_axis not in (None, 0):
+        raise ValueError(f"tensors concatenated along n take experts on axis 0, not {experts_axis}")
+    parts = []
+    for name in tensors or (None,):
+        if name is not None and safetensors_file.EXPERT in name:
+            if experts_axis not in (None, 0):
+                raise ValueError(
+                    f"the experts {name!r} names are stacked on axis 0, not {experts_axis}"
+                )
+            parts.append((name, *safetensors_file.read_experts(path, name)))
+        else:
+            array, dtype, name = safetensors_file.read_tensor(path, name)
+            parts.append((name, array, dtype))
+    first, array0, dtype = parts[0]
+    for name, array, part_dtype in parts[1:]:
+        if part_dtype != dtype or array.shape[:-2] + array.shape[-1:] != (
+            array0.shape[:-2] + array0.shape[-1:]
+        ):
+            raise ValueError(
+                f"{path}: {name!r} ({part_dtype} {array.shape}) cannot be concatenated along "
+                f"n with {first!r} ({dtype} {array0.shape})"
+            )
+    weight = array0 if len(parts) == 1 else np.concatenate([a for _, a, _ in parts], axis=-2)
+    return weight, dtype, f"{Path(path).name}:{'+'.join(name for name, _, _ in parts)}"
+
+
+def save_weight(path, out_dir, experts_axis: int | None = None, tensors=()) -> dict:
     """Quantize the weight in ``path`` and write :data:`FILES` to ``out_dir`` (created if
     missing). Returns the JSON description. ``path`` is a .npy array or a .safetensors
-    file, whose tensor ``tensor`` is read (optional where the file holds one; BF16 as
-    its bits, :mod:`nvfp4_aot.safetensors_file`); a name with ``{e}`` reads the
-    experts e = 0, 1, ... of a MoE layer as one (E, n, k) weight.
+    file, whose ``tensors`` are read (:func:`read_safetensors_weight`).
 
     Raises ValueError or TypeError naming what is wrong with the file or its array.
     """
     path, out_dir = Path(path), Path(out_dir)
-    if path.suffix == safetensors_file.SUFFIX and tensor and safetensors_file.EXPERT in tensor:
-        if experts_axis not in (None, 0):
-            raise ValueError(
-                f"the experts {tensor!r} names are stacked on axis 0, not {experts_axis}"
-            )
-        weight, dtype = safetensors_file.read_experts(path, tensor)
-        source = f"{path.name}:{tensor}"
-    elif path.suffix == safetensors_file.SUFFIX:
-        weight, dtype, name = safetensors_file.read_tensor(path, tensor)
-        source = f"{path.name}:{name}"
-    elif tensor is not None:
-        raise ValueError(f"a tensor name ({tensor!r}) is for a {safetensors_file.SUFFIX} file")
+    tensors = (tensors,) if isinstance(tensors, str) else tuple(tensors)
+    if path.suffix == safetensors_file.SUFFIX:
+        weight, dtype, source = read_safetensors_weight(path, tensors, experts_axis)
+    elif tensors:
+        raise ValueError(f"tensor names ({', '.join(tensors)}) are for a .safetensors file")
     else:
         try:
             weight = np.load(path, allow_pickle=False)

@@ -901,6 +901,42 @@ def test_quantize_a_moe_layers_experts_from_safetensors(tmp_path):
     assert result.exit_code == 1 and "stacked on axis 0, not 1" in result.output
 
 
+def test_quantize_fused_gate_and_up_from_safetensors(tmp_path):
+    """Two --tensor patterns concatenated along n: the experts' gate and up projections
+    as one (E, 2n, k) weight with one global scale per expert, as the fused GEMM takes."""
+    rng = np.random.default_rng(5)
+    gate = [bf16_bits(rng.standard_normal((16, 32))) for _ in range(2)]
+    up = [bf16_bits(rng.standard_normal((16, 32)) * 3) for _ in range(2)]
+    tensors = {f"e.{e}.gate": ("BF16", gate[e]) for e in range(2)}
+    tensors |= {f"e.{e}.up": ("BF16", up[e]) for e in range(2)}
+    tensors["other"] = ("BF16", bf16_bits(np.ones((2, 8, 48))))  # another k
+    write_safetensors(tmp_path / "l.safetensors", tensors)
+    np.save(tmp_path / "fused.npy", np.concatenate([np.stack(gate), np.stack(up)], axis=1))
+    assert (
+        invoke("quantize", str(tmp_path / "fused.npy"), "--out", str(tmp_path / "npy")).exit_code
+        == 0
+    )
+    result = invoke("quantize", str(tmp_path / "l.safetensors"), "--tensor", "e.{e}.gate",
+                    "--tensor", "e.{e}.up", "--out", str(tmp_path / "st"), "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    described = json.loads(result.output)
+    assert described["source"] == "l.safetensors:e.{e}.gate+e.{e}.up"
+    assert (described["experts"], described["n"], described["k"]) == (2, 32, 32)
+    for name in ("B.npy", "SFB.npy", "scale_2.npy", "global_scale.npy"):
+        assert np.array_equal(np.load(tmp_path / "npy" / name), np.load(tmp_path / "st" / name))
+    result = invoke("quantize", str(tmp_path / "l.safetensors"), "--tensor", "e.{e}.gate",
+                    "--tensor", "other", "--out", str(tmp_path / "o"))  # fmt: skip
+    assert result.exit_code == 1
+    assert (
+        "'other' (BF16 (2, 8, 48)) cannot be concatenated along n with 'e.{e}.gate'"
+        in result.output
+    )
+    result = invoke("quantize", str(tmp_path / "l.safetensors"), "--tensor", "other",
+                    "--tensor", "other", "--experts-axis", "1", "--out", str(tmp_path / "o"))  # fmt: skip
+    assert result.exit_code == 1 and "take experts on axis 0, not 1" in result.output
+    assert not (tmp_path / "o").exists()
+
+
 def test_quantize_safetensors_errors_name_the_tensor(tmp_path):
     path = tmp_path / "model.safetensors"
     write_safetensors(path, {"a": ("F32", np.ones((4, 16), np.float32)),
@@ -915,7 +951,7 @@ def test_quantize_safetensors_errors_name_the_tensor(tmp_path):
     result = invoke(
         "quantize", str(tmp_path / "w.npy"), "--tensor", "a", "--out", str(tmp_path / "o")
     )
-    assert result.exit_code == 1 and "is for a .safetensors file" in result.output
+    assert result.exit_code == 1 and "are for a .safetensors file" in result.output
     assert not (tmp_path / "o").exists()
 
 
