@@ -914,11 +914,8 @@ def quantize(weight, out_dir, experts_axis, tensors, as_json):
 
     try:
         document = quantizer.save_weight(weight, out_dir, experts_axis, tensors)
-    except (ValueError, TypeError) as exc:
-        message = str(exc)  # the file's messages name it already; the array's do not
-        raise click.ClickException(
-            message if str(weight) in message else f"{weight}: {message}"
-        ) from None
+    except (ValueError, TypeError) as exc:  # each names the file
+        raise click.ClickException(str(exc)) from None
     if as_json:
         emit_json(document)
         return

@@ -391,13 +391,15 @@ def read_safetensors_weight(path, tensors: tuple[str, ...], experts_axis: int | 
     given (gate and up projections as one fused weight, one global scale per expert);
     they must agree in dtype and in every other dimension."""
     if len(tensors) > 1 and experts_axis not in (None, 0):
-        raise ValueError(f"tensors concatenated along n take experts on axis 0, not {experts_axis}")
+        raise ValueError(
+            f"{path}: tensors concatenated along n take experts on axis 0, not {experts_axis}"
+        )
     parts = []
     for name in tensors or (None,):
         if name is not None and safetensors_file.EXPERT in name:
             if experts_axis not in (None, 0):
                 raise ValueError(
-                    f"the experts {name!r} names are stacked on axis 0, not {experts_axis}"
+                    f"{path}: the experts {name!r} names are stacked on axis 0, not {experts_axis}"
                 )
             parts.append((name, *safetensors_file.read_experts(path, name)))
         else:
@@ -421,14 +423,14 @@ def save_weight(path, out_dir, experts_axis: int | None = None, tensors=()) -> d
     missing). Returns the JSON description. ``path`` is a .npy array or a .safetensors
     file, whose ``tensors`` are read (:func:`read_safetensors_weight`).
 
-    Raises ValueError or TypeError naming what is wrong with the file or its array.
+    Raises ValueError or TypeError naming the file and what is wrong with it or its array.
     """
     path, out_dir = Path(path), Path(out_dir)
     tensors = (tensors,) if isinstance(tensors, str) else tuple(tensors)
     if path.suffix == safetensors_file.SUFFIX:
         weight, dtype, source = read_safetensors_weight(path, tensors, experts_axis)
     elif tensors:
-        raise ValueError(f"tensor names ({', '.join(tensors)}) are for a .safetensors file")
+        raise ValueError(f"{path}: tensor names ({', '.join(tensors)}) are for a .safetensors file")
     else:
         try:
             weight = np.load(path, allow_pickle=False)
@@ -437,7 +439,10 @@ def save_weight(path, out_dir, experts_axis: int | None = None, tensors=()) -> d
         if not isinstance(weight, np.ndarray):
             raise ValueError(f"{path} is not a single .npy array")
         dtype, source = str(weight.dtype), path.name
-    q = quantize_weight(weight, experts_axis)
+    try:
+        q = quantize_weight(weight, experts_axis)
+    except (ValueError, TypeError) as exc:  # the array's messages: name the file too
+        raise type(exc)(f"{path}: {exc}") from None
     out_dir.mkdir(parents=True, exist_ok=True)
     np.save(out_dir / FILES["B"], q.packed)
     np.save(out_dir / FILES["SFB"], q.scales_blocked)

@@ -314,8 +314,3 @@ def write_safetensors(path, tensors: dict, metadata=None, entries=None, cut: int
     text += b" " * (-len(text) % 8)
     raw = struct.pack("<Q", len(text)) + text + b"".join(blobs)
     path.write_bytes(raw[: len(raw) - cut])
-
-
-def bf16_bits(values: np.ndarray) -> np.ndarray:
-    """bfloat16 bits (uint16) of ``values`` rounded toward zero."""
-    return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)

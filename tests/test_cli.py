@@ -27,7 +27,12 @@ from click.testing import CliRunner
 from fake_driver import SUCCESS, FakeDriver, real
 from nvfp4_aot import cli, cli_moe, driver, loader, plan
 from nvfp4_aot.cubin_pack import pack_name, read_pack, write_packs
-from nvfp4_aot.layouts import blocked_scale_bytes, blocked_to_scales, encode_output
+from nvfp4_aot.layouts import (
+    blocked_scale_bytes,
+    blocked_to_scales,
+    encode_output,
+    float_to_bf16_bits,
+)
 from nvfp4_aot.manifest import ROLE_ROUTED_GEMM, ROLE_ROUTING
 from nvfp4_aot.moe_data import ROUTING_KINDS, routing_array
 from nvfp4_aot.moe_layout import (
@@ -43,7 +48,7 @@ from nvfp4_aot.moe_layout import (
     SF_BLOCK_ROWS,
 )
 from nvfp4_aot.reference import dequantize
-from support import bf16_bits, kernel_params_of, write_safetensors
+from support import kernel_params_of, write_safetensors
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "artifacts"
@@ -856,7 +861,7 @@ def test_quantize_a_safetensors_tensor(tmp_path):
     """One tensor of a checkpoint beside others: the files its BF16 bits give from a .npy,
     the JSON naming the tensor and its dtype."""
     rng = np.random.default_rng(3)
-    w1 = bf16_bits(rng.standard_normal((2, 40, 64)))
+    w1 = float_to_bf16_bits(rng.standard_normal((2, 40, 64)))
     write_safetensors(tmp_path / "model.safetensors",
                       {"experts.w1": ("BF16", w1),
                        "experts.w2": ("F32", rng.standard_normal((2, 64, 32)))},
@@ -879,7 +884,7 @@ def test_quantize_a_moe_layers_experts_from_safetensors(tmp_path):
     """experts.{e}.w: the per-expert tensors of a layer as one (E, n, k) weight, the
     files the stacked bits give from a .npy, each expert with its own global scale."""
     rng = np.random.default_rng(4)
-    experts = [bf16_bits(rng.standard_normal((24, 32)) * (e + 1)) for e in range(3)]
+    experts = [float_to_bf16_bits(rng.standard_normal((24, 32)) * (e + 1)) for e in range(3)]
     path = tmp_path / "layer.safetensors"
     write_safetensors(path, {f"experts.{e}.w": ("BF16", w) for e, w in enumerate(experts)})
     np.save(tmp_path / "stacked.npy", np.stack(experts))
@@ -905,11 +910,11 @@ def test_quantize_fused_gate_and_up_from_safetensors(tmp_path):
     """Two --tensor patterns concatenated along n: the experts' gate and up projections
     as one (E, 2n, k) weight with one global scale per expert, as the fused GEMM takes."""
     rng = np.random.default_rng(5)
-    gate = [bf16_bits(rng.standard_normal((16, 32))) for _ in range(2)]
-    up = [bf16_bits(rng.standard_normal((16, 32)) * 3) for _ in range(2)]
+    gate = [float_to_bf16_bits(rng.standard_normal((16, 32))) for _ in range(2)]
+    up = [float_to_bf16_bits(rng.standard_normal((16, 32)) * 3) for _ in range(2)]
     tensors = {f"e.{e}.gate": ("BF16", gate[e]) for e in range(2)}
     tensors |= {f"e.{e}.up": ("BF16", up[e]) for e in range(2)}
-    tensors["other"] = ("BF16", bf16_bits(np.ones((2, 8, 48))))  # another k
+    tensors["other"] = ("BF16", float_to_bf16_bits(np.ones((2, 8, 48))))  # another k
     write_safetensors(tmp_path / "l.safetensors", tensors)
     np.save(tmp_path / "fused.npy", np.concatenate([np.stack(gate), np.stack(up)], axis=1))
     assert (
@@ -931,8 +936,8 @@ def test_quantize_fused_gate_and_up_from_safetensors(tmp_path):
         "'other' (BF16 (2, 8, 48)) cannot be concatenated along n with 'e.{e}.gate'"
         in result.output
     )
-    result = invoke("quantize", str(tmp_path / "l.safetensors"), "--tensor", "other",
-                    "--tensor", "other", "--experts-axis", "1", "--out", str(tmp_path / "o"))  # fmt: skip
+    result = invoke("quantize", str(tmp_path / "l.safetensors"), "--tensor", "other", "--tensor",
+                    "other", "--experts-axis", "1", "--out", str(tmp_path / "o"))  # fmt: skip
     assert result.exit_code == 1 and "take experts on axis 0, not 1" in result.output
     assert not (tmp_path / "o").exists()
 

@@ -10,14 +10,18 @@ import struct
 import numpy as np
 import pytest
 
+from nvfp4_aot.layouts import float_to_bf16_bits
 from nvfp4_aot.safetensors_file import WEIGHT_DTYPES, read_experts, read_tensor
-from support import SAFETENSORS_CODES, bf16_bits, write_safetensors
+from support import SAFETENSORS_CODES, write_safetensors
 
 
 def test_every_weight_dtype_reads_back_exactly(tmp_path):
     rng = np.random.default_rng(0)
     tensors = {
-        "model.layers.0.mlp.experts.w1": ("BF16", bf16_bits(rng.standard_normal((3, 8, 32)))),
+        "model.layers.0.mlp.experts.w1": (
+            "BF16",
+            float_to_bf16_bits(rng.standard_normal((3, 8, 32))),
+        ),
         "w_f16": ("F16", rng.standard_normal((5, 16)).astype(np.float16)),
         "w_f32": ("F32", rng.standard_normal((2, 48)).astype(np.float32)),
         "w_f64": ("F64", rng.standard_normal((1, 16))),
@@ -94,7 +98,7 @@ def expert_file(path, experts: dict, extra=None) -> None:
 
 def test_experts_stack_in_index_order(tmp_path):
     rng = np.random.default_rng(1)
-    arrays = [bf16_bits(rng.standard_normal((8, 32))) for _ in range(12)]
+    arrays = [float_to_bf16_bits(rng.standard_normal((8, 32))) for _ in range(12)]
     path = tmp_path / "m.safetensors"
     others = {"layers.0.experts.03.w": ("BF16", arrays[0]),  # not an index: a leading zero
               "layers.0.experts.1.w.bias": ("F32", np.ones((8,), np.float32)),
