@@ -5,7 +5,10 @@ each against ``jax.lax.ragged_dot`` on BF16 weights (issue #18).
    (each with its own weights, so XLA merges nothing), N = 1 and 16; per GEMM =
    (t16 - t1) / 15, i.e. what one more call adds to a compiled program: for ours the
    handler's host work (call frame, plan lookup, table, launches) or the GEMM's GPU
-   time, whichever is longer; the same for ``ragged_dot`` with the same shapes.
+   time, whichever is longer; the same for ``ragged_dot`` with the same shapes, and for
+   N calls of an empty Python FFI handler (with and without its thread state kept):
+   the cost of the mechanism apart from our handler's work, and which thread XLA
+   calls handlers on.
 2. Layer time: examples/jax_moe.py's jitted NVFP4 layer against the same layer with
    ``ragged_dot`` on the weights dequantized to BF16, at a few shapes; first-call time
    (compile + plan creation) printed too.
@@ -88,19 +91,69 @@ def per_call(jax, repeats: int) -> list[dict]:
         def ragged(x, sizes, ws):
             return [jax.lax.ragged_dot(x, w, sizes) for w in ws]
 
+        empties = _empty_calls(
+            jax, [jax.device_put(np.full(8, i, np.float32)) for i in range(count)]
+        )
         for name, fn, args in (
             ("nvfp4_aot moe_gemm (FFI)", ours, (a, sfa, offsets, bs, sfbs)),
             ("jax.lax.ragged_dot bf16", ragged, (x, sizes, ws)),
+            *empties,
         ):
             first, steady = timed(jax, fn, args, repeats)
             rows.append({"part": "per_call", "impl": name, "gemms": count, "first_ms": first,
                          "ms_per_jit_call": steady})  # fmt: skip
-    for name in {row["impl"] for row in rows}:
+    rows.append({"part": "per_call", "impl": "empty handler threads", "threads": sorted(_threads)})
+    for name in {row["impl"] for row in rows if "gemms" in row}:
         one, many = (r["ms_per_jit_call"] for r in rows if r["impl"] == name)
         rows.append(
             {"part": "per_call", "impl": name, "us_per_extra_gemm": (many - one) / 15 * 1e3}
         )
     return rows
+
+
+_threads: set[str] = set()  # which threads XLA ran the empty handlers on
+_empty_handlers: dict[str, object] = {}  # target name -> ctypes handler (kept alive)
+_calls: dict[str, int] = {}  # executions of each empty handler (label -> count)
+
+
+def _empty_calls(jax, xs, platform: str = "CUDA") -> list[tuple]:
+    """(label, jitted function, args) of one call a array of ``xs`` to each of two FFI
+    targets whose handlers only read the call frame: one as ctypes leaves the thread,
+    one keeping the thread's Python state (``handler.keep_thread_state``, as our targets
+    do). What XLA's custom call, ctypes, the GIL and a thread state cost a call, apart
+    from our handler's work; the thread that ran them is recorded (the caller's or one of
+    XLA's) and the executions counted."""
+    import ctypes
+    import threading
+
+    from nvfp4_aot.jax import handler, xla_ffi
+
+    def empty(keep: bool, label: str):
+        def execute(address):
+            if keep:
+                handler.keep_thread_state()
+            frame = xla_ffi.read_frame(address)
+            if not xla_ffi.answer_metadata(frame, address, 0):
+                main = threading.get_ident() == threading.main_thread().ident
+                _threads.add("caller (main)" if main else "another thread")
+                _calls[label] += 1
+
+        return execute
+
+    calls = []
+    for target, keep in (("nvfp4_bench_empty", False), ("nvfp4_bench_empty_kept", True)):
+        label = "empty Python FFI handler" + (", thread state kept" if keep else "")
+        name = f"{target}_{platform.lower()}"
+        if name not in _empty_handlers:
+            _calls.setdefault(label, 0)
+            function = _empty_handlers[name] = xla_ffi.Handler(empty(keep, label))
+            address = ctypes.cast(function, ctypes.c_void_p).value
+            jax.ffi.register_ffi_target(
+                name, jax.ffi.pycapsule(address), platform=platform, api_version=1
+            )
+        call = jax.ffi.ffi_call(name, jax.ShapeDtypeStruct(xs[0].shape, xs[0].dtype))
+        calls.append((label, jax.jit(lambda xs, call=call: [call(x) for x in xs]), (xs,)))
+    return calls
 
 
 def layers(jax, repeats: int) -> list[dict]:

@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -621,6 +622,84 @@ def test_an_unreadable_frame_still_gives_an_error(fake):
     frame.frame.args.types[0] = 2  # not XLA_FFI_ArgType BUFFER
     assert frame.call(quantize_handler.execute_cuda) == FakeFrame.ERROR
     assert "argument 0 is not a buffer" in frame.errors[0][1]
+
+
+# A thread Python did not start calling a handler many times, as XLA's own threads may:
+# compiled with the system's C compiler where there is one.
+FOREIGN_THREAD_C = """
+#include <pthread.h>
+typedef void *(*handler_t)(void *);
+struct job { handler_t handler; void *frame; long calls; };
+static void *run(void *p) {
+    struct job *j = p;
+    for (long i = 0; i < j->calls; i++) j->handler(j->frame);
+    return 0;
+}
+int call_from_new_thread(handler_t handler, void *frame, long calls) {
+    pthread_t thread;
+    struct job j = {handler, frame, calls};
+    if (pthread_create(&thread, 0, run, &j)) return -1;
+    return pthread_join(thread, 0);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def foreign_thread(tmp_path_factory):
+    """``call(function, address, calls)``: ``function`` (a Python function of an address)
+    called ``calls`` times from one new pthread, through the FFI handler's C signature."""
+    import shutil
+
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build a thread Python did not start")
+    work = tmp_path_factory.mktemp("foreign_thread")
+    (work / "loop.c").write_text(FOREIGN_THREAD_C)
+    library = work / "libloop.so"
+    subprocess.run(
+        [compiler, "-O1", "-shared", "-fPIC", "-o", library, work / "loop.c", "-lpthread"],
+        check=True,
+    )
+    loop = ctypes.CDLL(str(library))  # CDLL: the GIL is released while the thread runs
+    loop.call_from_new_thread.argtypes = [xla_ffi.Handler, ctypes.c_void_p, ctypes.c_long]
+
+    def call(function, address: int, calls: int) -> None:
+        callback = xla_ffi.Handler(function)
+        assert loop.call_from_new_thread(callback, address, calls) == 0
+
+    return call
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_foreign_thread_keeps_its_state_between_calls(foreign_thread, keep):
+    """What keep_thread_state is for: without it every call on a thread Python did not
+    start runs in a new thread state (thread-locals gone: a new state each time)."""
+    seen, local = [], threading.local()
+
+    def probe(_address):
+        if keep:
+            handler.keep_thread_state()
+        local.calls = getattr(local, "calls", 0) + 1
+        seen.append(local.calls)
+
+    foreign_thread(probe, 0, 5)
+    assert seen == ([1, 2, 3, 4, 5] if keep else [1] * 5)
+
+
+def test_the_cuda_handler_keeps_xlas_thread_state(fake, foreign_thread):
+    """Executions from a thread of XLA's run the plan and, after the first, reuse that
+    thread's Python state."""
+    frame, _ = _moe_frame()
+    results, local = [], threading.local()
+
+    def execute(address):
+        local.calls = getattr(local, "calls", 0) + 1
+        results.append((handler._execute_cuda(address), local.calls))
+
+    foreign_thread(execute, ctypes.addressof(frame.frame), 3)
+    assert results == [(None, 1), (None, 2), (None, 3)], frame.errors
+    (plan,) = handler.plans()
+    assert len(fake.launches) == 3 * len(plan.layout.launches)
 
 
 def _bf16(x32: np.ndarray) -> np.ndarray:

@@ -56,6 +56,7 @@ _plans: dict[tuple, object] = {}  # (device, E, n, k, layout, capacity, out dtyp
 _calls = 0  # executions handled, for tests and diagnostics
 _captured = 0  # of those, made while XLA captured a command buffer (trait experiment)
 _api_seen: dict[str, int] = {}  # XLA's FFI API version and table size, from the first call
+_thread = threading.local()  # per thread that ran a handler: whether its state is kept
 
 
 def register(command_buffer: bool | None = None) -> None:
@@ -181,6 +182,7 @@ def traits() -> int:
 def begin(address: int, declared_traits: int):
     """The prologue of every execution: the frame at ``address``, or None when XLA only
     asked for the metadata (answered with ``declared_traits``); counts executions."""
+    keep_thread_state()
     frame = xla_ffi.read_frame(address)
     if xla_ffi.answer_metadata(frame, address, declared_traits):
         return None
@@ -188,6 +190,24 @@ def begin(address: int, declared_traits: int):
     if frame.stage != xla_ffi.STAGE_EXECUTE:
         raise RuntimeError(f"called for execution stage {frame.stage}; only execute is handled")
     return frame
+
+
+def keep_thread_state() -> None:
+    """Keep the calling thread's Python thread state from one execution to the next.
+
+    XLA's default GPU client runs a single-device program on the caller's thread, but a
+    program over several devices on one execute thread per device, and the TFRT GPU
+    client (``XLA_PYTHON_CLIENT_USE_TFRT_GPU_CLIENT=1``) and the CPU client's asynchronous
+    dispatch on pool threads: threads Python did not start, on which ctypes makes a
+    thread state for every call and deletes it on return (microseconds a call). One
+    ``PyGILState_Ensure`` that is never released, once per thread, keeps the state, so
+    that later calls on the thread only take the GIL. On a thread Python started the
+    extra count changes nothing: such a thread keeps its state anyway and deletes it
+    when it ends.
+    """
+    if not getattr(_thread, "state_kept", False):
+        ctypes.pythonapi.PyGILState_Ensure()
+        _thread.state_kept = True
 
 
 def execution_stream(frame) -> int:
