@@ -876,7 +876,7 @@ def _bench_result(case: Case, variants: list[str], times_us: list[float]) -> dic
 
 
 @main.command()
-@click.argument("weight", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("weight", type=click.Path(exists=True, path_type=Path))
 @click.option(
     "--out",
     "out_dir",
@@ -904,8 +904,9 @@ def quantize(weight, out_dir, experts_axis, tensors, as_json):
     needed).
 
     WEIGHT is (n, k) or per-expert (E, n, k), K last, k a multiple of 16: a .npy array
-    (float32, float16, float64, or bfloat16 stored as uint16 bits) or one tensor of a
-    .safetensors file (BF16, F16, F32 or F64). Each expert gets its own global scale
+    (float32, float16, float64, or bfloat16 stored as uint16 bits) or tensors of a
+    .safetensors checkpoint (BF16, F16, F32 or F64): a file, a sharded checkpoint's
+    model.safetensors.index.json, or a directory holding either. Each expert gets its own global scale
     g = 2688 / amax; B.npy holds the packed FP4 codes, SFB.npy the E4M3 block scales in
     the blocked layout (expert after expert), scale_2.npy 1 / g per expert (the weight's
     factor of alpha). See nvfp4_aot.quantize for the exact formulas.

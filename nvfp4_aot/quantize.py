@@ -384,8 +384,9 @@ def describe(q: QuantizedWeight, source: str, dtype: str) -> dict:
 
 
 def read_safetensors_weight(path, tensors: tuple[str, ...], experts_axis: int | None = None):
-    """(weight, its safetensors dtype, a source label) from a .safetensors file: the one
-    tensor it holds, or the named ones (BF16 as its bits, :mod:`nvfp4_aot.safetensors_file`).
+    """(weight, its safetensors dtype, a source label) from a .safetensors checkpoint (a
+    file, a sharded checkpoint's index or its directory): the one tensor it holds, or the
+    named ones (BF16 as its bits, :mod:`nvfp4_aot.safetensors_file`).
     A name with ``{e}`` reads the experts e = 0, 1, ... of a MoE layer as one (E, n, k)
     weight (experts on axis 0). Several names are concatenated along n in the order
     given (gate and up projections as one fused weight, one global scale per expert);
@@ -421,16 +422,19 @@ def read_safetensors_weight(path, tensors: tuple[str, ...], experts_axis: int | 
 def save_weight(path, out_dir, experts_axis: int | None = None, tensors=()) -> dict:
     """Quantize the weight in ``path`` and write :data:`FILES` to ``out_dir`` (created if
     missing). Returns the JSON description. ``path`` is a .npy array or a .safetensors
-    file, whose ``tensors`` are read (:func:`read_safetensors_weight`).
+    checkpoint (a file, an index or a directory), whose ``tensors`` are read
+    (:func:`read_safetensors_weight`).
 
     Raises ValueError or TypeError naming the file and what is wrong with it or its array.
     """
     path, out_dir = Path(path), Path(out_dir)
     tensors = (tensors,) if isinstance(tensors, str) else tuple(tensors)
-    if path.suffix == safetensors_file.SUFFIX:
+    if safetensors_file.is_checkpoint(path):
         weight, dtype, source = read_safetensors_weight(path, tensors, experts_axis)
     elif tensors:
-        raise ValueError(f"{path}: tensor names ({', '.join(tensors)}) are for a .safetensors file")
+        raise ValueError(
+            f"{path}: tensor names ({', '.join(tensors)}) are for a .safetensors checkpoint"
+        )
     else:
         try:
             weight = np.load(path, allow_pickle=False)

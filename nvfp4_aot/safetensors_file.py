@@ -1,5 +1,5 @@
-"""Read one tensor of a .safetensors file with numpy, or a MoE layer's per-expert tensors
-stacked (E, n, k), for the weight quantizer.
+"""Read one tensor of a .safetensors checkpoint with numpy, or a MoE layer's per-expert
+tensors stacked (E, n, k), for the weight quantizer.
 
 The format (huggingface/safetensors): an 8-byte little-endian header size N, N bytes of
 JSON mapping each tensor's name to its ``dtype``, ``shape`` and ``data_offsets`` (begin,
@@ -10,6 +10,13 @@ for. numpy has no bfloat16, the dtype checkpoints hold: BF16 comes back as its u
 bits, which :func:`nvfp4_aot.quantize.quantize_weight` takes as bfloat16. Reading a
 tensor is a header and an offset, so the safetensors package (a compiled dependency,
 whose numpy loader needs a bfloat16 dtype from elsewhere) is not needed.
+
+A checkpoint is one .safetensors file, or a sharded one: the Hugging Face index
+(``model.safetensors.index.json``: a ``weight_map`` from tensor name to shard file, next
+to the index), or a directory holding that index or only .safetensors files (then every
+file's header is read). Through an index only the shards holding the asked tensors are
+opened, so a checkpoint of hundreds of shards costs the few it needs, and a layer's
+experts spread over two shards read as one weight.
 
 Every check names the file, the tensor and the field, before any of the tensor's
 bytes is read.
@@ -25,6 +32,8 @@ from pathlib import Path
 import numpy as np
 
 SUFFIX = ".safetensors"
+INDEX_SUFFIX = ".safetensors.index.json"
+INDEX_NAME = "model" + INDEX_SUFFIX  # what a sharded checkpoint's directory holds
 HEADER_LIMIT = 100_000_000  # the format's own cap on the JSON header (bytes)
 METADATA = "__metadata__"
 EXPERT = "{e}"  # in a tensor name: the expert index (read_experts)
@@ -64,52 +73,146 @@ def header(path) -> tuple[dict, int]:
     return entries, 8 + length
 
 
-def read_tensor(path, name: str | None = None) -> tuple[np.ndarray, str, str]:
-    """(tensor ``name`` of the file as a read-only array, its safetensors dtype, its
-    name); ``name`` may be left out when the file holds one tensor. BF16 comes back as
-    uint16 bits.
-    Raises ValueError naming the file, the tensor and the field that is wrong."""
+def is_checkpoint(path) -> bool:
+    """Whether ``path`` names what :class:`Checkpoint` reads (by name: a .safetensors
+    file, an index, or a directory)."""
     path = Path(path)
-    entries, data_start = header(path)
+    return path.suffix == SUFFIX or path.name.endswith(INDEX_SUFFIX) or path.is_dir()
+
+
+class Checkpoint:
+    """The tensors of a .safetensors file or of a sharded checkpoint (the module
+    docstring); a shard's header is read when one of its tensors is first asked for.
+    Raises ValueError naming the index or file and what is wrong with it."""
+
+    def __init__(self, path):
+        self.path = path = Path(path)
+        self._headers: dict[Path, tuple[dict, int]] = {}  # shard -> header()
+        if path.is_dir():
+            index = path / INDEX_NAME
+            files = sorted(path.glob("*" + SUFFIX))
+            if index.is_file():
+                self._where = self._read_index(index)
+            elif files:
+                self._where = self._map_files(files)
+            else:
+                raise ValueError(f"{path} holds neither {INDEX_NAME} nor .safetensors files")
+        elif path.name.endswith(INDEX_SUFFIX):
+            self._where = self._read_index(path)
+        else:
+            self._where = self._map_files([path])
+
+    def names(self) -> list[str]:
+        return list(self._where)
+
+    def dtype(self, name: str) -> str:
+        return self._entry(name)[0][name]["dtype"]
+
+    def read(self, name: str) -> np.ndarray:
+        """Tensor ``name`` checked and mapped read-only (BF16 as its uint16 bits)."""
+        entries, data_start = self._entry(name)
+        return _tensor(self._where[name], entries, data_start, name)
+
+    def _entry(self, name: str) -> tuple[dict, int]:
+        if name not in self._where:
+            raise ValueError(f"{self.path} has no tensor {name!r} ({_names(self._where)})")
+        shard = self._where[name]
+        if shard not in self._headers:
+            self._headers[shard] = header(shard)
+        entries = self._headers[shard][0]
+        if name not in entries:
+            raise ValueError(
+                f"{self.path} places tensor {name!r} in {shard.name}, which has no such "
+                f"tensor ({_names(entries)})"
+            )
+        return self._headers[shard]
+
+    def _map_files(self, files: list[Path]) -> dict[str, Path]:
+        where: dict[str, Path] = {}
+        for file in files:
+            self._headers[file] = header(file)
+            for name in self._headers[file][0]:
+                if name in where:
+                    raise ValueError(
+                        f"{self.path}: tensor {name!r} is in both {where[name].name} and "
+                        f"{file.name}"
+                    )
+                where[name] = file
+        return where
+
+    @staticmethod
+    def _read_index(index: Path) -> dict[str, Path]:
+        try:
+            document = json.loads(index.read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{index}: not JSON ({exc})") from None
+        weight_map = document.get("weight_map") if isinstance(document, dict) else None
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(file, str) for file in weight_map.values()
+        ):
+            raise ValueError(
+                f"{index}: no weight_map of tensor names to shard files (not a safetensors index?)"
+            )
+        shards: dict[str, Path] = {}  # each file checked once (thousands of names share it)
+        where = {}
+        for name, file in weight_map.items():
+            if file not in shards:
+                shard = index.parent / file
+                if Path(file).is_absolute() or ".." in Path(file).parts or not shard.is_file():
+                    raise ValueError(
+                        f"{index}: tensor {name!r} is in {file!r}, which is not a file next "
+                        "to the index"
+                    )
+                shards[file] = shard
+            where[name] = shards[file]
+        return where
+
+
+def read_tensor(path, name: str | None = None) -> tuple[np.ndarray, str, str]:
+    """(tensor ``name`` of the checkpoint at ``path`` as a read-only array, its
+    safetensors dtype, its name); ``name`` may be left out when the checkpoint holds one
+    tensor. BF16 comes back as uint16 bits.
+    Raises ValueError naming the file, the tensor and the field that is wrong."""
+    checkpoint = Checkpoint(path)
     if name is None:
-        if len(entries) != 1:
-            raise ValueError(f"{path} holds {len(entries)} tensors; name one ({_names(entries)})")
-        (name,) = entries
-    if name not in entries:
-        raise ValueError(f"{path} has no tensor {name!r} ({_names(entries)})")
-    return _tensor(path, entries, data_start, name), entries[name]["dtype"], name
+        names = checkpoint.names()
+        if len(names) != 1:
+            raise ValueError(f"{path} holds {len(names)} tensors; name one ({_names(names)})")
+        (name,) = names
+    array = checkpoint.read(name)
+    return array, checkpoint.dtype(name), name
 
 
 def read_experts(path, pattern: str) -> tuple[np.ndarray, str]:
     """(the tensors ``pattern`` names with its one ``{e}`` = 0, 1, ..., E - 1, stacked
     on a new first axis, their safetensors dtype): a MoE layer's per-expert weights as
-    one (E, n, k) array. Every expert from 0 to the last one present must be there,
-    with one dtype and shape. Raises ValueError naming the expert that is missing or
-    differs."""
-    path = Path(path)
+    one (E, n, k) array, from one file or from several shards. Every expert from 0 to
+    the last one present must be there, with one dtype and shape. Raises ValueError
+    naming the expert that is missing or differs."""
     if pattern.count(EXPERT) != 1:
         raise ValueError(f"the pattern {pattern!r} must hold {EXPERT} once")
-    entries, data_start = header(path)
+    checkpoint = Checkpoint(path)
     prefix, suffix = pattern.split(EXPERT)
     index = re.compile(re.escape(prefix) + "(0|[1-9][0-9]*)" + re.escape(suffix))
-    names = {int(m.group(1)): m.group(0) for m in map(index.fullmatch, entries) if m}
+    every = checkpoint.names()
+    names = {int(m.group(1)): m.group(0) for m in map(index.fullmatch, every) if m}
     if not names:
-        raise ValueError(f"{path} has no tensor {pattern!r} for any expert ({_names(entries)})")
+        raise ValueError(f"{path} has no tensor {pattern!r} for any expert ({_names(every)})")
     missing = sorted(set(range(max(names) + 1)) - set(names))
     if missing:
         raise ValueError(
             f"{path}: {pattern!r} has experts up to {max(names)} but not expert "
             f"{missing[0]} ({pattern.replace(EXPERT, str(missing[0]))!r})"
         )
-    experts = [_tensor(path, entries, data_start, names[e]) for e in range(len(names))]
-    dtype = entries[names[0]]["dtype"]
+    experts = [checkpoint.read(names[e]) for e in range(len(names))]
+    dtypes = [checkpoint.dtype(names[e]) for e in range(len(names))]
     for e, array in enumerate(experts):
-        if (entries[names[e]]["dtype"], array.shape) != (dtype, experts[0].shape):
+        if (dtypes[e], array.shape) != (dtypes[0], experts[0].shape):
             raise ValueError(
-                f"{path}: tensor {names[e]!r} (expert {e}) is {entries[names[e]]['dtype']} "
-                f"{array.shape}, expert 0's {dtype} {experts[0].shape}"
+                f"{path}: tensor {names[e]!r} (expert {e}) is {dtypes[e]} "
+                f"{array.shape}, expert 0's {dtypes[0]} {experts[0].shape}"
             )
-    return np.stack(experts), dtype
+    return np.stack(experts), dtypes[0]
 
 
 def _tensor(path: Path, entries: dict, data_start: int, name: str) -> np.ndarray:
@@ -157,7 +260,7 @@ def _tensor(path: Path, entries: dict, data_start: int, name: str) -> np.ndarray
     return flat.reshape(shape)
 
 
-def _names(entries: dict, most: int = 8) -> str:
-    names = sorted(entries)
+def _names(names, most: int = 8) -> str:
+    names = sorted(names)
     shown = ", ".join(names[:most])
     return shown + (f", ... {len(names) - most} more" if len(names) > most else "")

@@ -906,6 +906,42 @@ def test_quantize_a_moe_layers_experts_from_safetensors(tmp_path):
     assert result.exit_code == 1 and "stacked on axis 0, not 1" in result.output
 
 
+def test_quantize_fused_gate_and_up_from_a_sharded_checkpoint(tmp_path):
+    """A sharded checkpoint's directory (its index maps each tensor to a shard): the gate
+    and up experts, split over two shards, fused as one weight give the files their
+    concatenated bits give from a .npy."""
+    rng = np.random.default_rng(6)
+    gate, up = ([float_to_bf16_bits(rng.standard_normal((16, 32))) for _ in range(4)]
+                for _ in range(2))  # fmt: skip
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    weight_map = {}
+    for shard, experts in (("model-00001-of-00002.safetensors", range(3)),
+                           ("model-00002-of-00002.safetensors", range(3, 4))):  # fmt: skip
+        tensors = {
+            f"l.{e}.{p}": ("BF16", w[e]) for e in experts for p, w in (("g", gate), ("u", up))
+        }
+        write_safetensors(root / shard, tensors)
+        weight_map.update(dict.fromkeys(tensors, shard))
+    (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    np.save(tmp_path / "fused.npy", np.concatenate([np.stack(gate), np.stack(up)], axis=1))
+    result = invoke("quantize", str(tmp_path / "fused.npy"), "--out", str(tmp_path / "npy"))
+    assert result.exit_code == 0, result.output
+    result = invoke("quantize", str(root), "--tensor", "l.{e}.g", "--tensor", "l.{e}.u",
+                    "--out", str(tmp_path / "st"), "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    described = json.loads(result.output)
+    assert (described["experts"], described["n"], described["k"]) == (4, 32, 32)
+    for name in ("B.npy", "SFB.npy", "scale_2.npy", "global_scale.npy"):
+        assert np.array_equal(np.load(tmp_path / "npy" / name), np.load(tmp_path / "st" / name))
+    (root / "model-00002-of-00002.safetensors").unlink()
+    result = invoke("quantize", str(root), "--tensor", "l.{e}.g", "--out", str(tmp_path / "x"))
+    assert result.exit_code == 1
+    assert "tensor 'l.3.g' is in 'model-00002-of-00002.safetensors', which is not a file" in (
+        result.output
+    )
+
+
 def test_quantize_fused_gate_and_up_from_safetensors(tmp_path):
     """Two --tensor patterns concatenated along n: the experts' gate and up projections
     as one (E, 2n, k) weight with one global scale per expert, as the fused GEMM takes."""
@@ -956,7 +992,7 @@ def test_quantize_safetensors_errors_name_the_tensor(tmp_path):
     result = invoke(
         "quantize", str(tmp_path / "w.npy"), "--tensor", "a", "--out", str(tmp_path / "o")
     )
-    assert result.exit_code == 1 and "are for a .safetensors file" in result.output
+    assert result.exit_code == 1 and "are for a .safetensors checkpoint" in result.output
     assert not (tmp_path / "o").exists()
 
 

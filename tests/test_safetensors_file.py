@@ -5,13 +5,20 @@ malformed file refused with the file, the tensor and the field named."""
 
 from __future__ import annotations
 
+import json
 import struct
 
 import numpy as np
 import pytest
 
 from nvfp4_aot.layouts import float_to_bf16_bits
-from nvfp4_aot.safetensors_file import WEIGHT_DTYPES, read_experts, read_tensor
+from nvfp4_aot.safetensors_file import (
+    EXPERT,
+    INDEX_NAME,
+    WEIGHT_DTYPES,
+    read_experts,
+    read_tensor,
+)
 from support import SAFETENSORS_CODES, write_safetensors
 
 
@@ -140,3 +147,111 @@ def test_experts_that_are_missing_or_differ_are_named(tmp_path, experts, pattern
     with pytest.raises(ValueError) as error:
         read_experts(path, pattern)
     assert message in str(error.value)
+
+
+# ---------------------------------------------------------------------------------------
+# sharded checkpoints: a Hugging Face index (weight_map) or a directory of shards
+
+
+def _sharded(tmp_path, shards: dict[str, dict], index: bool = True):
+    """Shards ``file -> {name: (dtype, array)}`` written into tmp_path/ckpt, with the
+    index naming every tensor's shard when ``index``; returns the directory."""
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    weight_map = {}
+    for file, tensors in shards.items():
+        write_safetensors(root / file, tensors)
+        weight_map.update(dict.fromkeys(tensors, file))
+    if index:
+        document = {"metadata": {"total_size": 0}, "weight_map": weight_map}
+        (root / INDEX_NAME).write_text(json.dumps(document))
+    return root
+
+
+def _layer(rng, experts: int, n: int = 8, k: int = 32):
+    return [float_to_bf16_bits(rng.standard_normal((n, k))) for _ in range(experts)]
+
+
+@pytest.mark.parametrize("through", ["index", "directory", "directory without index"])
+def test_experts_across_shards_read_as_one_weight(tmp_path, through):
+    """A layer's experts split over two shards (as large checkpoints split them) stack as
+    from one file, through the index, its directory, or a directory of shards alone."""
+    w = _layer(np.random.default_rng(1), 6)
+    name = "model.layers.3.mlp.experts.{e}.down_proj.weight"
+    shards = {
+        "model-00001-of-00002.safetensors": {name.format(e=e): ("BF16", w[e]) for e in range(4)},
+        "model-00002-of-00002.safetensors": {
+            **{name.format(e=e): ("BF16", w[e]) for e in range(4, 6)},
+            "model.norm.weight": ("F32", np.ones((1, 16), np.float32)),
+        },
+    }
+    root = _sharded(tmp_path, shards, index=through != "directory without index")
+    path = root / INDEX_NAME if through == "index" else root
+    stacked, dtype = read_experts(path, name.replace("{e}", EXPERT))
+    assert dtype == "BF16" and np.array_equal(stacked, np.stack(w))
+    norm, norm_dtype, _ = read_tensor(path, "model.norm.weight")
+    assert norm_dtype == "F32" and np.array_equal(norm, np.ones((1, 16), np.float32))
+
+
+def test_only_the_shards_holding_the_asked_tensors_are_opened(tmp_path):
+    """A shard the asked tensors are not in is not read (here: one that is not even a
+    safetensors file); asking for one of its tensors names it."""
+    root = _sharded(tmp_path, {"a.safetensors": {"w": ("F32", np.ones((2, 16), np.float32))},
+                               "b.safetensors": {"v": ("F32", np.ones((2, 16), np.float32))}})  # fmt: skip
+    (root / "b.safetensors").write_bytes(b"\xff" * 64)
+    assert read_tensor(root, "w")[2] == "w"
+    with pytest.raises(ValueError, match=r"b.safetensors: header size \d+ does not fit"):
+        read_tensor(root, "v")
+
+
+def test_one_tensor_of_a_sharded_checkpoint_needs_a_name(tmp_path):
+    root = _sharded(tmp_path, {"a.safetensors": {"w": ("F32", np.ones((2, 16), np.float32))},
+                               "b.safetensors": {"v": ("F16", np.ones((2, 16), np.float16))}})  # fmt: skip
+    with pytest.raises(ValueError, match=r"ckpt holds 2 tensors; name one \(v, w\)"):
+        read_tensor(root)
+    with pytest.raises(ValueError, match=r"ckpt has no tensor 'u' \(v, w\)"):
+        read_tensor(root, "u")
+
+
+@pytest.mark.parametrize(
+    "index, message",
+    [
+        ("{not json", "model.safetensors.index.json: not JSON"),
+        ('["a.safetensors"]', "no weight_map of tensor names to shard files"),
+        ('{"weight_map": {"w": 3}}', "no weight_map of tensor names to shard files"),
+        ('{"weight_map": {"w": "gone.safetensors"}}',
+         "tensor 'w' is in 'gone.safetensors', which is not a file next to the index"),
+        ('{"weight_map": {"w": "../a.safetensors"}}',
+         r"tensor 'w' is in '../a.safetensors', which is not a file next to the index"),
+        ('{"weight_map": {"w": "a.safetensors", "x": "a.safetensors"}}',
+         "places tensor 'x' in a.safetensors, which has no such tensor"),
+    ],
+)  # fmt: skip
+def test_a_broken_index_is_named(tmp_path, index, message):
+    root = _sharded(tmp_path, {"a.safetensors": {"w": ("F32", np.ones((2, 16), np.float32))}})
+    write_safetensors(tmp_path / "a.safetensors", {"w": ("F32", np.ones((2, 16), np.float32))})
+    (root / INDEX_NAME).write_text(index)
+    with pytest.raises(ValueError, match=message):
+        read_tensor(root, "x" if "'x'" in message else "w")
+
+
+def test_shards_without_index_must_not_repeat_a_tensor(tmp_path):
+    ones = ("F32", np.ones((2, 16), np.float32))
+    root = _sharded(tmp_path, {"a.safetensors": {"w": ones}, "b.safetensors": {"w": ones}},
+                    index=False)  # fmt: skip
+    with pytest.raises(ValueError, match="tensor 'w' is in both a.safetensors and b.safetensors"):
+        read_tensor(root, "w")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="holds neither model.safetensors.index.json nor"):
+        read_tensor(tmp_path / "empty", "w")
+
+
+def test_experts_across_shards_that_differ_are_named(tmp_path):
+    w = _layer(np.random.default_rng(2), 3)
+    shards = {"a.safetensors": {f"e.{e}.w": ("BF16", w[e]) for e in range(2)},
+              "b.safetensors": {"e.2.w": ("F32", np.zeros((8, 32), np.float32))}}  # fmt: skip
+    root = _sharded(tmp_path, shards)
+    with pytest.raises(
+        ValueError, match=r"tensor 'e.2.w' \(expert 2\) is F32 \(8, 32\), expert 0's BF16"
+    ):
+        read_experts(root, "e.{e}.w")
