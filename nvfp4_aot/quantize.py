@@ -286,8 +286,11 @@ def quantize_weight(weight, experts_axis: int | None = None) -> QuantizedWeight:
     experts_axis : int, optional
         For a 3-D weight, the axis of the experts, 0 (default: (E, n, k)) or 1
         ((n, E, k)). Not allowed for a 2-D weight.
+
+    Experts are converted to float32 and quantized one at a time
+    (:func:`quantize_experts`), so a memory-mapped layer costs one expert's float32 copy.
     """
-    w = as_float32(weight)
+    w = np.asarray(weight)
     if w.ndim == 2:
         if experts_axis is not None:
             raise ValueError(f"a 2-D weight {w.shape} has no experts axis")
@@ -310,18 +313,59 @@ def quantize_weight(weight, experts_axis: int | None = None) -> QuantizedWeight:
             f"experts axis must be 0 or 1 (K is the last axis), got {experts_axis} "
             f"for shape {w.shape}"
         )
-    w = np.moveaxis(w, axis, 0)
-    parts = [quantize(expert) for expert in w]
+    return quantize_experts(np.moveaxis(w, axis, 0))
+
+
+def quantize_experts(experts) -> QuantizedWeight:
+    """Quantize per-expert weights, each (n, k) with its own ``g``, one at a time.
+
+    ``experts`` is anything with ``len`` and ``experts[e]`` giving expert e's (n, k)
+    array (a 3-D array, a list of memory-mapped tensors, experts concatenated as they are
+    asked for): only the expert being quantized is held as float32, and the outputs are
+    written in place, so a layer larger than memory quantizes in the memory of its
+    output and one expert. Raises ValueError naming an expert whose shape differs from
+    expert 0's.
+    """
+    count = len(experts)
+    if count == 0:
+        raise ValueError("no experts to quantize")
+    for e in range(count):
+        q = quantize(experts[e])
+        if e == 0:
+            n, k = q.shape
+            packed = np.empty((count, *q.packed.shape), np.uint8)
+            scales = np.empty((count, *q.scales.shape), np.uint8)
+            blocked = np.empty((count, q.scales_blocked.size), np.uint8)
+            global_scale = np.empty(count, np.float32)
+        elif q.shape != (n, k):
+            raise ValueError(f"expert {e} is {q.shape}, expert 0's {(n, k)}")
+        packed[e], scales[e], blocked[e] = q.packed, q.scales, q.scales_blocked
+        global_scale[e] = q.global_scale
     return QuantizedWeight(
-        packed=np.stack([p.packed for p in parts]),
-        scales=np.stack([p.scales for p in parts]),
-        scales_blocked=np.concatenate([p.scales_blocked for p in parts]),
-        global_scale=np.array([p.global_scale for p in parts], dtype=np.float32),
-        scale_2=np.array([p.scale_2 for p in parts], dtype=np.float32),
-        experts=w.shape[0],
-        n=w.shape[1],
-        k=w.shape[2],
+        packed=packed,
+        scales=scales,
+        scales_blocked=blocked.reshape(-1),
+        global_scale=global_scale,
+        scale_2=np.float32(1.0) / global_scale,
+        experts=count,
+        n=n,
+        k=k,
     )
+
+
+class _ConcatenatedExperts:
+    """Per-expert weights of several tensors concatenated along n, an expert at a time
+    as :func:`quantize_experts` asks (gate and up as one fused weight, never the whole
+    fused layer in memory)."""
+
+    def __init__(self, parts):
+        self.parts = parts
+
+    def __len__(self) -> int:
+        return len(self.parts[0])
+
+    def __getitem__(self, e: int) -> np.ndarray:
+        return np.concatenate([part[e] for part in self.parts], axis=0)
 
 
 FILES = {
@@ -407,16 +451,26 @@ def read_safetensors_weight(path, tensors: tuple[str, ...], experts_axis: int | 
             array, dtype, name = safetensors_file.read_tensor(path, name)
             parts.append((name, array, dtype))
     first, array0, dtype = parts[0]
+    shape0 = _part_shape(array0)
     for name, array, part_dtype in parts[1:]:
-        if part_dtype != dtype or array.shape[:-2] + array.shape[-1:] != (
-            array0.shape[:-2] + array0.shape[-1:]
-        ):
+        shape = _part_shape(array)
+        if part_dtype != dtype or shape[:-2] + shape[-1:] != shape0[:-2] + shape0[-1:]:
             raise ValueError(
-                f"{path}: {name!r} ({part_dtype} {array.shape}) cannot be concatenated along "
-                f"n with {first!r} ({dtype} {array0.shape})"
+                f"{path}: {name!r} ({part_dtype} {shape}) cannot be concatenated along "
+                f"n with {first!r} ({dtype} {shape0})"
             )
-    weight = array0 if len(parts) == 1 else np.concatenate([a for _, a, _ in parts], axis=-2)
+    if len(parts) == 1:
+        weight = array0
+    elif len(shape0) == 2:
+        weight = np.concatenate([a for _, a, _ in parts], axis=0)
+    else:
+        weight = _ConcatenatedExperts([a for _, a, _ in parts])
     return weight, dtype, f"{Path(path).name}:{'+'.join(name for name, _, _ in parts)}"
+
+
+def _part_shape(part) -> tuple[int, ...]:
+    """The shape of a tensor, or (E, n, k) of a list of E (n, k) expert tensors."""
+    return part.shape if isinstance(part, np.ndarray) else (len(part), *part[0].shape)
 
 
 def save_weight(path, out_dir, experts_axis: int | None = None, tensors=()) -> dict:
@@ -444,7 +498,10 @@ def save_weight(path, out_dir, experts_axis: int | None = None, tensors=()) -> d
             raise ValueError(f"{path} is not a single .npy array")
         dtype, source = str(weight.dtype), path.name
     try:
-        q = quantize_weight(weight, experts_axis)
+        if isinstance(weight, np.ndarray):
+            q = quantize_weight(weight, experts_axis)
+        else:  # experts read from a checkpoint, one at a time
+            q = quantize_experts(weight)
     except (ValueError, TypeError) as exc:  # the array's messages: name the file too
         raise type(exc)(f"{path}: {exc}") from None
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -183,12 +183,13 @@ def read_tensor(path, name: str | None = None) -> tuple[np.ndarray, str, str]:
     return array, checkpoint.dtype(name), name
 
 
-def read_experts(path, pattern: str) -> tuple[np.ndarray, str]:
-    """(the tensors ``pattern`` names with its one ``{e}`` = 0, 1, ..., E - 1, stacked
-    on a new first axis, their safetensors dtype): a MoE layer's per-expert weights as
-    one (E, n, k) array, from one file or from several shards. Every expert from 0 to
-    the last one present must be there, with one dtype and shape. Raises ValueError
-    naming the expert that is missing or differs."""
+def read_experts(path, pattern: str) -> tuple[list[np.ndarray], str]:
+    """(the tensors ``pattern`` names with its one ``{e}`` = 0, 1, ..., E - 1, in that
+    order, their safetensors dtype): a MoE layer's per-expert weights, from one file or
+    from several shards, each memory-mapped (``np.stack`` makes the (E, n, k) array
+    where it fits in memory; the weight quantizer takes them one at a time). Every expert
+    from 0 to the last one present must be there, with one dtype and shape. Raises
+    ValueError naming the expert that is missing or differs."""
     if pattern.count(EXPERT) != 1:
         raise ValueError(f"the pattern {pattern!r} must hold {EXPERT} once")
     checkpoint = Checkpoint(path)
@@ -212,7 +213,7 @@ def read_experts(path, pattern: str) -> tuple[np.ndarray, str]:
                 f"{path}: tensor {names[e]!r} (expert {e}) is {dtypes[e]} "
                 f"{array.shape}, expert 0's {dtypes[0]} {experts[0].shape}"
             )
-    return np.stack(experts), dtypes[0]
+    return experts, dtypes[0]
 
 
 def _tensor(path: Path, entries: dict, data_start: int, name: str) -> np.ndarray:

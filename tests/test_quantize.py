@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import struct
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from nvfp4_aot.layouts import (
     blocked_scale_bytes,
     blocked_to_scales,
     e4m3_to_float,
+    float_to_bf16_bits,
     float_to_e4m3,
     fp4_to_float,
     scales_to_blocked,
@@ -25,8 +27,11 @@ from nvfp4_aot.quantize import (
     float_to_e4m3_rn_sat,
     float_to_fp4_rne_sat,
     quantize,
+    quantize_experts,
     quantize_weight,
+    save_weight,
 )
+from support import write_safetensors
 
 E4M3_ONE = 0x38  # 1.0
 E4M3_448 = 0x7E
@@ -435,6 +440,45 @@ def test_quantize_weight_per_expert():
     moved = quantize_weight(np.moveaxis(w, 0, 1), experts_axis=1)
     assert np.array_equal(moved.packed, q.packed)
     assert np.array_equal(moved.scales_blocked, q.scales_blocked)
+
+
+def test_quantize_experts_one_at_a_time_equals_the_stacked_weight():
+    """Any sequence of (n, k) experts (here a list of BF16 bits) gives the stacked
+    weight's bytes; an expert of another shape, and no experts, are refused."""
+    rng = np.random.default_rng(5)
+    experts = [float_to_bf16_bits(rng.standard_normal((24, 64)) * (e + 1)) for e in range(4)]
+    q, stacked = quantize_experts(experts), quantize_weight(np.stack(experts))
+    assert (q.experts, q.n, q.k) == (4, 24, 64)
+    for field in ("packed", "scales", "scales_blocked", "global_scale", "scale_2"):
+        assert np.array_equal(getattr(q, field), getattr(stacked, field)), field
+    assert len(set(q.global_scale.tolist())) == 4
+    with pytest.raises(ValueError, match=r"expert 2 is \(24, 48\), expert 0's \(24, 64\)"):
+        quantize_experts(experts[:2] + [experts[2][:, :48]])
+    with pytest.raises(ValueError, match="no experts to quantize"):
+        quantize_experts([])
+
+
+def test_a_checkpoints_layer_quantizes_in_the_memory_of_one_expert(tmp_path):
+    """A fused gate + up layer read from a .safetensors file: the peak of what numpy
+    allocates is its output and one expert's work, well under the layer's own BF16
+    bytes (the whole layer as float32 would be twice them; before experts were taken
+    one at a time the peak was about five times them)."""
+    rng = np.random.default_rng(6)
+    experts, n, k = 64, 128, 512
+    tensors = {f"e.{e}.{p}": ("BF16", float_to_bf16_bits(rng.standard_normal((n, k))))
+               for e in range(experts) for p in ("g", "u")}  # fmt: skip
+    write_safetensors(tmp_path / "layer.safetensors", tensors)
+    del tensors
+    layer_bytes = experts * 2 * n * k * 2
+    tracemalloc.start()
+    try:
+        described = save_weight(tmp_path / "layer.safetensors", tmp_path / "out",
+                                tensors=("e.{e}.g", "e.{e}.u"))  # fmt: skip
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (described["experts"], described["n"], described["k"]) == (experts, 2 * n, k)
+    assert peak < 0.75 * layer_bytes, (peak, layer_bytes)
 
 
 def test_quantize_weight_bad_axes():

@@ -117,9 +117,10 @@ def test_experts_stack_in_index_order(tmp_path):
               "layers.0.experts.1.w.bias": ("F32", np.ones((8,), np.float32)),
               "layers.1.experts.0.w": ("BF16", arrays[0])}  # fmt: skip
     expert_file(path, {e: ("BF16", a) for e, a in reversed(list(enumerate(arrays)))}, others)
-    stacked, dtype = read_experts(path, "layers.0.experts.{e}.w")
-    assert dtype == "BF16" and stacked.shape == (12, 8, 32)
-    assert np.array_equal(stacked, np.stack(arrays))  # e = 10, 11 after 9, not after 1
+    experts, dtype = read_experts(path, "layers.0.experts.{e}.w")
+    assert dtype == "BF16" and len(experts) == 12
+    assert all(isinstance(x, np.memmap) and not x.flags.writeable for x in experts)  # mapped
+    assert np.array_equal(np.stack(experts), np.stack(arrays))  # 10, 11 after 9, not after 1
 
 
 @pytest.mark.parametrize(
@@ -193,8 +194,8 @@ def test_experts_across_shards_read_as_one_weight(tmp_path, through):
     }
     root = _sharded(tmp_path, shards, index=through != "directory without index")
     path = root / INDEX_NAME if through == "index" else root
-    stacked, dtype = read_experts(path, name.replace("{e}", EXPERT))
-    assert dtype == "BF16" and np.array_equal(stacked, np.stack(w))
+    experts, dtype = read_experts(path, name.replace("{e}", EXPERT))
+    assert dtype == "BF16" and np.array_equal(np.stack(experts), np.stack(w))
     norm, norm_dtype, _ = read_tensor(path, "model.norm.weight")
     assert norm_dtype == "F32" and np.array_equal(norm, np.ones((1, 16), np.float32))
 
