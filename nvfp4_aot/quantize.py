@@ -491,7 +491,7 @@ def save_weight(path, out_dir, experts_axis: int | None = None, tensors=()) -> d
         )
     else:
         try:
-            weight = np.load(path, allow_pickle=False)
+            weight = np.load(path, mmap_mode="r", allow_pickle=False)  # experts as read
         except (OSError, ValueError) as exc:
             raise ValueError(f"cannot read {path} as a .npy array: {exc}") from None
         if not isinstance(weight, np.ndarray):
