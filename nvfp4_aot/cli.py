@@ -898,8 +898,15 @@ def _bench_result(case: Case, variants: list[str], times_us: list[float]) -> dic
     "a name with {e} stacks experts 0, 1, ... into (E, n, k); given again, the tensors are "
     "concatenated along n (gate and up as one fused weight).",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Threads quantizing experts side by side (default: this machine's CPUs, at most 8; "
+    "each holds one expert's work).",
+)
 @json_option
-def quantize(weight, out_dir, experts_axis, tensors, as_json):
+def quantize(weight, out_dir, experts_axis, tensors, workers, as_json):
     """Quantize a .npy or .safetensors weight to NVFP4 files the GEMM reads (no GPU
     needed).
 
@@ -914,7 +921,7 @@ def quantize(weight, out_dir, experts_axis, tensors, as_json):
     from . import quantize as quantizer
 
     try:
-        document = quantizer.save_weight(weight, out_dir, experts_axis, tensors)
+        document = quantizer.save_weight(weight, out_dir, experts_axis, tensors, workers)
     except (ValueError, TypeError) as exc:  # each names the file
         raise click.ClickException(str(exc)) from None
     if as_json:

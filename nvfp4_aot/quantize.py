@@ -54,6 +54,8 @@ which needs no dependency here.
 from __future__ import annotations
 
 import json
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -276,7 +278,9 @@ class QuantizedWeight:
     k: int
 
 
-def quantize_weight(weight, experts_axis: int | None = None) -> QuantizedWeight:
+def quantize_weight(
+    weight, experts_axis: int | None = None, workers: int | None = None
+) -> QuantizedWeight:
     """Quantize a weight (n, k) or per-expert weights with one experts axis.
 
     Parameters
@@ -286,6 +290,8 @@ def quantize_weight(weight, experts_axis: int | None = None) -> QuantizedWeight:
     experts_axis : int, optional
         For a 3-D weight, the axis of the experts, 0 (default: (E, n, k)) or 1
         ((n, E, k)). Not allowed for a 2-D weight.
+    workers : int, optional
+        Threads quantizing experts side by side (:func:`quantize_experts`).
 
     Experts are converted to float32 and quantized one at a time
     (:func:`quantize_experts`), so a memory-mapped layer costs one expert's float32 copy.
@@ -313,34 +319,63 @@ def quantize_weight(weight, experts_axis: int | None = None) -> QuantizedWeight:
             f"experts axis must be 0 or 1 (K is the last axis), got {experts_axis} "
             f"for shape {w.shape}"
         )
-    return quantize_experts(np.moveaxis(w, axis, 0))
+    return quantize_experts(np.moveaxis(w, axis, 0), workers)
 
 
-def quantize_experts(experts) -> QuantizedWeight:
-    """Quantize per-expert weights, each (n, k) with its own ``g``, one at a time.
+MAX_WORKERS = 8  # default threads of quantize_experts: each holds one expert's work
+
+
+def default_workers() -> int:
+    """The CPUs this process may run on, at most :data:`MAX_WORKERS`."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cpus or 1, MAX_WORKERS))
+
+
+def quantize_experts(experts, workers: int | None = None) -> QuantizedWeight:
+    """Quantize per-expert weights, each (n, k) with its own ``g``.
 
     ``experts`` is anything with ``len`` and ``experts[e]`` giving expert e's (n, k)
     array (a 3-D array, a list of memory-mapped tensors, experts concatenated as they are
-    asked for): only the expert being quantized is held as float32, and the outputs are
-    written in place, so a layer larger than memory quantizes in the memory of its
-    output and one expert. Raises ValueError naming an expert whose shape differs from
-    expert 0's.
+    asked for). ``workers`` threads (default :func:`default_workers`) quantize experts
+    side by side, numpy's array loops running without the GIL; each reads and holds one
+    expert as float32 at a time, and the outputs are written in place, so a layer larger
+    than memory quantizes in the memory of its output and ``workers`` experts. The
+    bytes do not depend on ``workers``. Raises ValueError naming the first expert whose
+    shape differs from expert 0's.
     """
     count = len(experts)
     if count == 0:
         raise ValueError("no experts to quantize")
-    for e in range(count):
-        q = quantize(experts[e])
-        if e == 0:
-            n, k = q.shape
-            packed = np.empty((count, *q.packed.shape), np.uint8)
-            scales = np.empty((count, *q.scales.shape), np.uint8)
-            blocked = np.empty((count, q.scales_blocked.size), np.uint8)
-            global_scale = np.empty(count, np.float32)
-        elif q.shape != (n, k):
+    first = quantize(experts[0])
+    n, k = first.shape
+    packed = np.empty((count, *first.packed.shape), np.uint8)
+    scales = np.empty((count, *first.scales.shape), np.uint8)
+    blocked = np.empty((count, first.scales_blocked.size), np.uint8)
+    global_scale = np.empty(count, np.float32)
+
+    def store(e: int, q: QuantizedTensor) -> None:
+        if q.shape != (n, k):
             raise ValueError(f"expert {e} is {q.shape}, expert 0's {(n, k)}")
         packed[e], scales[e], blocked[e] = q.packed, q.scales, q.scales_blocked
         global_scale[e] = q.global_scale
+
+    store(0, first)
+    threads = min(default_workers() if workers is None else workers, count - 1)
+    if threads <= 1:
+        for e in range(1, count):
+            store(e, quantize(experts[e]))
+    else:
+        with ThreadPoolExecutor(threads) as pool:
+            done = [
+                pool.submit(lambda e: store(e, quantize(experts[e])), e) for e in range(1, count)
+            ]
+            try:
+                for future in done:  # in expert order: the first failing expert is named
+                    future.result()
+            except BaseException:
+                for future in done:
+                    future.cancel()
+                raise
     return QuantizedWeight(
         packed=packed,
         scales=scales,
@@ -473,11 +508,13 @@ def _part_shape(part) -> tuple[int, ...]:
     return part.shape if isinstance(part, np.ndarray) else (len(part), *part[0].shape)
 
 
-def save_weight(path, out_dir, experts_axis: int | None = None, tensors=()) -> dict:
+def save_weight(
+    path, out_dir, experts_axis: int | None = None, tensors=(), workers: int | None = None
+) -> dict:
     """Quantize the weight in ``path`` and write :data:`FILES` to ``out_dir`` (created if
     missing). Returns the JSON description. ``path`` is a .npy array or a .safetensors
     checkpoint (a file, an index or a directory), whose ``tensors`` are read
-    (:func:`read_safetensors_weight`).
+    (:func:`read_safetensors_weight`); ``workers`` as :func:`quantize_experts` takes it.
 
     Raises ValueError or TypeError naming the file and what is wrong with it or its array.
     """
@@ -499,9 +536,9 @@ def save_weight(path, out_dir, experts_axis: int | None = None, tensors=()) -> d
         dtype, source = str(weight.dtype), path.name
     try:
         if isinstance(weight, np.ndarray):
-            q = quantize_weight(weight, experts_axis)
+            q = quantize_weight(weight, experts_axis, workers)
         else:  # experts read from a checkpoint, one at a time
-            q = quantize_experts(weight)
+            q = quantize_experts(weight, workers)
     except (ValueError, TypeError) as exc:  # the array's messages: name the file too
         raise type(exc)(f"{path}: {exc}") from None
     out_dir.mkdir(parents=True, exist_ok=True)

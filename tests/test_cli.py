@@ -901,6 +901,13 @@ def test_quantize_a_moe_layers_experts_from_safetensors(tmp_path):
     for name in ("B.npy", "SFB.npy", "scale_2.npy", "global_scale.npy"):
         assert np.array_equal(np.load(tmp_path / "npy" / name), np.load(tmp_path / "st" / name))
     assert len(set(np.load(tmp_path / "st" / "global_scale.npy").tolist())) == 3
+    result = invoke("quantize", str(path), "--tensor", "experts.{e}.w", "--workers", "3",
+                    "--out", str(tmp_path / "w3"))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    for name in ("B.npy", "SFB.npy", "scale_2.npy", "global_scale.npy"):
+        assert np.array_equal(np.load(tmp_path / "w3" / name), np.load(tmp_path / "st" / name))
+    result = invoke("quantize", str(path), "--workers", "0", "--out", str(tmp_path / "w0"))
+    assert result.exit_code == 2 and "--workers" in result.output
     result = invoke("quantize", str(path), "--tensor", "experts.{e}.w", "--experts-axis", "1",
                     "--out", str(tmp_path / "o"))  # fmt: skip
     assert result.exit_code == 1 and "stacked on axis 0, not 1" in result.output

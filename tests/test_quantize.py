@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import struct
+import threading
+import time
 import tracemalloc
 
 import numpy as np
@@ -458,12 +460,49 @@ def test_quantize_experts_one_at_a_time_equals_the_stacked_weight():
         quantize_experts([])
 
 
+class CountingExperts:
+    """Experts handed out one at a time, counting how many are out (being quantized)
+    at once: what ``workers`` bounds."""
+
+    def __init__(self, arrays):
+        self.arrays, self.out, self.most = arrays, 0, 0
+        self.lock = threading.Lock()
+
+    def __len__(self):
+        return len(self.arrays)
+
+    def __getitem__(self, e):
+        with self.lock:
+            self.out += 1
+            self.most = max(self.most, self.out)
+        time.sleep(0.05)  # long enough for the other threads to ask for theirs
+        with self.lock:
+            self.out -= 1
+        return self.arrays[e]
+
+
+def test_workers_quantize_experts_side_by_side_with_the_same_bytes():
+    rng = np.random.default_rng(7)
+    arrays = [rng.standard_normal((32, 64)).astype(np.float32) * (e + 1) for e in range(9)]
+    one = quantize_experts(arrays, workers=1)
+    for workers in (1, 3):
+        experts = CountingExperts(arrays)
+        q = quantize_experts(experts, workers=workers)
+        assert experts.most == workers  # never more experts out than threads
+        for field in ("packed", "scales", "scales_blocked", "global_scale", "scale_2"):
+            assert np.array_equal(getattr(q, field), getattr(one, field)), (workers, field)
+    bad = arrays[:5] + [arrays[5][:, :48]] + arrays[6:7] + [arrays[7][:16]] + arrays[8:]
+    with pytest.raises(ValueError, match=r"expert 5 is \(32, 48\), expert 0's \(32, 64\)"):
+        quantize_experts(bad, workers=3)  # the first bad expert is named, not the last
+
+
 @pytest.mark.parametrize("source", ["safetensors", "npy"])
 def test_a_layer_quantizes_in_the_memory_of_one_expert(tmp_path, source):
     """A fused gate + up layer read from a .safetensors file, or a (E, n, k) .npy: the
     peak of what numpy allocates is the output and one expert's work, well under the
     layer's own bytes (the whole layer as float32 is twice its BF16 bytes; before
-    experts were read and converted one at a time the peak was about five times them)."""
+    experts were read and converted one at a time the peak was about five times them).
+    One worker: each further one holds one more expert's work."""
     rng = np.random.default_rng(6)
     experts, n, k = 64, 128, 512
     gate, up = ([float_to_bf16_bits(rng.standard_normal((n, k))) for _ in range(experts)]
@@ -479,7 +518,7 @@ def test_a_layer_quantizes_in_the_memory_of_one_expert(tmp_path, source):
     layer_bytes = experts * 2 * n * k * 2
     tracemalloc.start()
     try:
-        described = save_weight(path, tmp_path / "out", tensors=names)
+        described = save_weight(path, tmp_path / "out", tensors=names, workers=1)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
