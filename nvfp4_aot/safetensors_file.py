@@ -1,5 +1,5 @@
 """Read one tensor of a .safetensors checkpoint with numpy, or a MoE layer's per-expert
-tensors stacked (E, n, k), for the weight quantizer.
+tensors (experts 0 .. E - 1, each memory-mapped), for the weight quantizer.
 
 The format (huggingface/safetensors): an 8-byte little-endian header size N, N bytes of
 JSON mapping each tensor's name to its ``dtype``, ``shape`` and ``data_offsets`` (begin,
