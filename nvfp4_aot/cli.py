@@ -912,9 +912,10 @@ def quantize(weight, out_dir, experts_axis, tensors, workers, as_json):
 
     WEIGHT is (n, k) or per-expert (E, n, k), K last, k a multiple of 16: a .npy array
     (float32, float16, float64, or bfloat16 stored as uint16 bits) or tensors of a
-    .safetensors checkpoint (BF16, F16, F32 or F64): a file, a sharded checkpoint's
-    model.safetensors.index.json, or a directory holding either. Each expert gets its
-    own global scale g = 2688 / amax; B.npy holds the packed FP4 codes, SFB.npy the E4M3
+    .safetensors checkpoint (BF16, F16, F32, F64, or F8_E4M3 with DeepSeek's 128 x 128
+    block scales <name>_scale_inv, dequantized to BF16 as DeepSeek's conversion does): a
+    file, a sharded checkpoint's model.safetensors.index.json, or a directory holding
+    either. Each expert gets its own global scale g = 2688 / amax; B.npy holds the packed FP4 codes, SFB.npy the E4M3
     block scales in the blocked layout (expert after expert), scale_2.npy 1 / g per
     expert (the weight's factor of alpha). See nvfp4_aot.quantize for the exact formulas.
     """

@@ -61,7 +61,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import safetensors_file
+from . import fp8_blocks, safetensors_file
 from .blocked import SF_VEC_SIZE, blocked_scale_bytes
 from .layouts import E4M3_MAX, E4M3_VALUES, pack_fp4, scales_to_blocked
 from .reference import dequantize as _dequantize_codes
@@ -481,9 +481,22 @@ def read_safetensors_weight(path, tensors: tuple[str, ...], experts_axis: int | 
                 raise ValueError(
                     f"{path}: the experts {name!r} names are stacked on axis 0, not {experts_axis}"
                 )
-            parts.append((name, *safetensors_file.read_experts(path, name)))
+            experts, dtype = safetensors_file.read_experts(path, name)
+            if dtype == FP8:
+                experts = fp8_blocks.Experts(experts, _block_scales(path, name, experts=True))
+            parts.append((name, experts, dtype))
         else:
             array, dtype, name = safetensors_file.read_tensor(path, name)
+            if dtype == FP8:
+                if array.ndim != 2:
+                    raise ValueError(
+                        f"{path}: {name!r} is a {array.ndim}-D {FP8} tensor; FP8 weights are "
+                        "read as (n, k) tensors, experts as a name with {e}"
+                    )
+                try:
+                    array = fp8_blocks.dequantize(array, _block_scales(path, name))
+                except ValueError as exc:
+                    raise ValueError(f"{path}: {name!r}: {exc}") from None
             parts.append((name, array, dtype))
     first, array0, dtype = parts[0]
     shape0 = _part_shape(array0)
@@ -504,8 +517,33 @@ def read_safetensors_weight(path, tensors: tuple[str, ...], experts_axis: int | 
 
 
 def _part_shape(part) -> tuple[int, ...]:
-    """The shape of a tensor, or (E, n, k) of a list of E (n, k) expert tensors."""
-    return part.shape if isinstance(part, np.ndarray) else (len(part), *part[0].shape)
+    """The shape of a tensor or of experts that know it, or (E, n, k) of a list of E
+    (n, k) expert tensors."""
+    shape = getattr(part, "shape", None)
+    return tuple(shape) if shape is not None else (len(part), *part[0].shape)
+
+
+FP8 = "F8_E4M3"  # the safetensors dtype of an FP8 block-scaled weight's codes
+
+
+def _block_scales(path, name: str, experts: bool = False):
+    """The float32 block scales of FP8 weight ``name`` (a pattern with ``{e}``: a list
+    of them, expert by expert), from tensor ``name + "_scale_inv"`` (F32 or BF16)."""
+    scale_name = name + fp8_blocks.SCALE_SUFFIX
+    try:
+        if experts:
+            scales, dtype = safetensors_file.read_experts(path, scale_name)
+        else:
+            scale, dtype, _ = safetensors_file.read_tensor(path, scale_name)
+            scales = [scale]
+    except ValueError as exc:
+        raise ValueError(
+            f"{path}: the {FP8} weight {name!r} needs its block scales {scale_name!r} ({exc})"
+        ) from None
+    if dtype not in ("F32", "BF16"):
+        raise ValueError(f"{path}: block scales {scale_name!r} are {dtype}, not F32 or BF16")
+    scales = [as_float32(s) for s in scales]  # BF16 bits exactly; F32 as stored
+    return scales if experts else scales[0]
 
 
 def save_weight(

@@ -44,6 +44,7 @@ WEIGHT_DTYPES = {
     "F16": np.dtype("<f2"),
     "F32": np.dtype("<f4"),
     "F64": np.dtype("<f8"),
+    "F8_E4M3": np.dtype("u1"),  # codes of an FP8 block-scaled weight (fp8_blocks)
 }
 
 

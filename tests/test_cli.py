@@ -25,7 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 from fake_driver import SUCCESS, FakeDriver, real
-from nvfp4_aot import cli, cli_moe, driver, loader, plan
+from nvfp4_aot import cli, cli_moe, driver, fp8_blocks, loader, plan
 from nvfp4_aot.cubin_pack import pack_name, read_pack, write_packs
 from nvfp4_aot.layouts import (
     blocked_scale_bytes,
@@ -945,6 +945,56 @@ def test_quantize_fused_gate_and_up_from_a_sharded_checkpoint(tmp_path):
     result = invoke("quantize", str(root), "--tensor", "l.{e}.g", "--out", str(tmp_path / "x"))
     assert result.exit_code == 1
     assert "tensor 'l.3.g' is in 'model-00002-of-00002.safetensors', which is not a file" in (
+        result.output
+    )
+
+
+def test_quantize_an_fp8_block_scaled_checkpoint(tmp_path):
+    """DeepSeek's FP8 format (F8_E4M3 codes, <name>_scale_inv per 128 x 128 block): a
+    dense weight and a layer's fused gate + up experts give the files that their BF16
+    dequantization (fp8_blocks, checked against a scalar reference in its own tests)
+    gives from a .npy; a weight without its scales is refused naming them."""
+    rng = np.random.default_rng(7)
+    n, k, experts = 136, 256, 3  # a partial last block row
+
+    def fp8(rows, cols):
+        codes = rng.integers(0, 0x7E, (rows, cols), dtype=np.uint8)  # finite, both signs
+        codes |= rng.integers(0, 2, (rows, cols), dtype=np.uint8) << 7
+        return codes, (rng.random(fp8_blocks.blocks(rows, cols)) * 1e-3 + 1e-4).astype(np.float32)
+
+    dense = fp8(n, k)
+    gate, up = ([fp8(n, k) for _ in range(experts)] for _ in range(2))
+    tensors = {"dense.weight": ("F8_E4M3", dense[0]), "dense.weight_scale_inv": ("F32", dense[1])}
+    for e in range(experts):
+        for proj, (codes, scale) in (("gate", gate[e]), ("up", up[e])):
+            tensors[f"mlp.experts.{e}.{proj}.weight"] = ("F8_E4M3", codes)
+            tensors[f"mlp.experts.{e}.{proj}.weight_scale_inv"] = ("F32", scale)
+    write_safetensors(tmp_path / "fp8.safetensors", tensors)
+    np.save(tmp_path / "dense.npy", fp8_blocks.dequantize(*dense))
+    fused = [
+        np.concatenate([fp8_blocks.dequantize(*gate[e]), fp8_blocks.dequantize(*up[e])])
+        for e in range(experts)
+    ]
+    np.save(tmp_path / "fused.npy", np.stack(fused))
+    for npy, names in (("dense.npy", ["dense.weight"]),
+                       ("fused.npy", ["mlp.experts.{e}.gate.weight", "mlp.experts.{e}.up.weight"])):  # fmt: skip
+        result = invoke("quantize", str(tmp_path / npy), "--out", str(tmp_path / "npy"))
+        assert result.exit_code == 0, result.output
+        options = [item for name in names for item in ("--tensor", name)]
+        result = invoke("quantize", str(tmp_path / "fp8.safetensors"), *options,
+                        "--out", str(tmp_path / "fp8"), "--json")  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output)["source_dtype"] == "F8_E4M3"
+        for name in ("B.npy", "SFB.npy", "scale_2.npy", "global_scale.npy"):
+            assert np.array_equal(
+                np.load(tmp_path / "npy" / name), np.load(tmp_path / "fp8" / name)
+            )
+    del tensors["dense.weight_scale_inv"]
+    write_safetensors(tmp_path / "fp8.safetensors", tensors)
+    result = invoke("quantize", str(tmp_path / "fp8.safetensors"), "--tensor", "dense.weight",
+                    "--out", str(tmp_path / "x"))  # fmt: skip
+    assert result.exit_code == 1
+    assert "the F8_E4M3 weight 'dense.weight' needs its block scales 'dense.weight_scale_inv'" in (
         result.output
     )
 

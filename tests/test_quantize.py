@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from nvfp4_aot.layouts import (
+    bf16_bits_to_float,
     blocked_offset,
     blocked_scale_bytes,
     blocked_to_scales,
@@ -31,6 +32,7 @@ from nvfp4_aot.quantize import (
     quantize,
     quantize_experts,
     quantize_weight,
+    read_safetensors_weight,
     save_weight,
 )
 from support import write_safetensors
@@ -524,6 +526,26 @@ def test_a_layer_quantizes_in_the_memory_of_one_expert(tmp_path, source):
         tracemalloc.stop()
     assert (described["experts"], described["n"], described["k"]) == (experts, 2 * n, k)
     assert peak < 0.75 * layer_bytes, (peak, layer_bytes)
+
+
+def test_fp8_weights_take_f32_or_bf16_block_scales(tmp_path):
+    """An FP8 weight's ``_scale_inv`` in BF16 reads as the same float32 values in F32;
+    a 3-D FP8 tensor and F16 scales are refused, naming them."""
+    rng = np.random.default_rng(8)
+    codes = rng.integers(0, 0x7E, (3, 130, 64), dtype=np.uint8)
+    scale32 = bf16_bits_to_float(float_to_bf16_bits(rng.random((2, 1)) + 0.5))  # BF16-exact
+    tensors = {"w": ("F8_E4M3", codes[0]), "w_scale_inv": ("F32", scale32),
+               "v": ("F8_E4M3", codes[0]), "v_scale_inv": ("BF16", float_to_bf16_bits(scale32)),
+               "u": ("F8_E4M3", codes[0]), "u_scale_inv": ("F16", scale32.astype(np.float16)),
+               "stack": ("F8_E4M3", codes)}  # fmt: skip
+    write_safetensors(tmp_path / "m.safetensors", tensors)
+    w, dtype, _ = read_safetensors_weight(tmp_path / "m.safetensors", ("w",))
+    v, _, _ = read_safetensors_weight(tmp_path / "m.safetensors", ("v",))
+    assert dtype == "F8_E4M3" and w.dtype == np.uint16 and np.array_equal(w, v)
+    with pytest.raises(ValueError, match="block scales 'u_scale_inv' are F16, not F32 or BF16"):
+        read_safetensors_weight(tmp_path / "m.safetensors", ("u",))
+    with pytest.raises(ValueError, match="'stack' is a 3-D F8_E4M3 tensor"):
+        read_safetensors_weight(tmp_path / "m.safetensors", ("stack",))
 
 
 def test_quantize_weight_bad_axes():

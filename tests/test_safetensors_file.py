@@ -32,11 +32,12 @@ def test_every_weight_dtype_reads_back_exactly(tmp_path):
         "w_f16": ("F16", rng.standard_normal((5, 16)).astype(np.float16)),
         "w_f32": ("F32", rng.standard_normal((2, 48)).astype(np.float32)),
         "w_f64": ("F64", rng.standard_normal((1, 16))),
+        "w_fp8": ("F8_E4M3", rng.integers(0, 256, (4, 32), dtype=np.uint8)),
         "empty": ("F32", np.zeros((0, 16), dtype=np.float32)),
     }
     path = tmp_path / "w.safetensors"
     write_safetensors(path, tensors, metadata={"format": "pt"})
-    assert set(WEIGHT_DTYPES) == {"BF16", "F16", "F32", "F64"}
+    assert set(WEIGHT_DTYPES) == {"BF16", "F16", "F32", "F64", "F8_E4M3"}
     for name, (dtype, array) in tensors.items():
         read, read_dtype, read_name = read_tensor(path, name)
         assert (read_dtype, read_name) == (dtype, name)
