@@ -60,9 +60,10 @@ from nvfp4_aot import torch_ops
 from nvfp4_aot.layouts import blocked_to_scales
 from nvfp4_aot.moe import MoeGemmPlan
 from nvfp4_aot.moe_layout import scale_offsets
-from nvfp4_aot.quantize import quantize, quantize_weight
+from nvfp4_aot.quantize import quantize
 from nvfp4_aot.reference import TOLERANCE as TOLERANCES
 from nvfp4_aot.reference import dequantize, relative_error
+from nvfp4_aot.weights import quantize_weight
 
 TOLERANCE = TOLERANCES["bfloat16"]  # BF16 C and y against float64
 

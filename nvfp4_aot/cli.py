@@ -919,10 +919,10 @@ def quantize(weight, out_dir, experts_axis, tensors, workers, as_json):
     block scales in the blocked layout (expert after expert), scale_2.npy 1 / g per
     expert (the weight's factor of alpha). See nvfp4_aot.quantize for the exact formulas.
     """
-    from . import quantize as quantizer
+    from . import weights
 
     try:
-        document = quantizer.save_weight(weight, out_dir, experts_axis, tensors, workers)
+        document = weights.save_weight(weight, out_dir, experts_axis, tensors, workers)
     except (ValueError, TypeError) as exc:  # each names the file
         raise click.ClickException(str(exc)) from None
     if as_json:

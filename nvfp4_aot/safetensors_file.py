@@ -7,7 +7,7 @@ end) in the byte buffer that follows the header (plus an optional ``__metadata__
 strings), then that buffer, every tensor little-endian and row-major. A weight is read
 by memory-mapping its bytes, so a multi-gigabyte checkpoint costs only the tensor asked
 for. numpy has no bfloat16, the dtype checkpoints hold: BF16 comes back as its uint16
-bits, which :func:`nvfp4_aot.quantize.quantize_weight` takes as bfloat16. Reading a
+bits, which :func:`nvfp4_aot.weights.quantize_weight` takes as bfloat16. Reading a
 tensor is a header and an offset, so the safetensors package (a compiled dependency,
 whose numpy loader needs a bfloat16 dtype from elsewhere) is not needed.
 
