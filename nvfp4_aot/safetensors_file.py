@@ -169,12 +169,19 @@ class Checkpoint:
         return where
 
 
+def _opened(source) -> Checkpoint:
+    """``source`` itself if it is a :class:`Checkpoint` (its headers already read are
+    reused), else the checkpoint at that path."""
+    return source if isinstance(source, Checkpoint) else Checkpoint(source)
+
+
 def read_tensor(path, name: str | None = None) -> tuple[np.ndarray, str, str]:
     """(tensor ``name`` of the checkpoint at ``path`` as a read-only array, its
     safetensors dtype, its name); ``name`` may be left out when the checkpoint holds one
-    tensor. BF16 comes back as uint16 bits.
+    tensor. BF16 comes back as uint16 bits. ``path`` may be an open :class:`Checkpoint`.
     Raises ValueError naming the file, the tensor and the field that is wrong."""
-    checkpoint = Checkpoint(path)
+    checkpoint = _opened(path)
+    path = checkpoint.path
     if name is None:
         names = checkpoint.names()
         if len(names) != 1:
@@ -190,10 +197,12 @@ def read_experts(path, pattern: str) -> tuple[list[np.ndarray], str]:
     from several shards, each memory-mapped (``np.stack`` makes the (E, n, k) array
     where it fits in memory; the weight quantizer takes them one at a time). Every expert
     from 0 to the last one present must be there, with one dtype and shape. Raises
-    ValueError naming the expert that is missing or differs."""
+    ValueError naming the expert that is missing or differs. ``path`` may be an open
+    :class:`Checkpoint`."""
     if pattern.count(EXPERT) != 1:
         raise ValueError(f"the pattern {pattern!r} must hold {EXPERT} once")
-    checkpoint = Checkpoint(path)
+    checkpoint = _opened(path)
+    path = checkpoint.path
     prefix, suffix = pattern.split(EXPERT)
     index = re.compile(re.escape(prefix) + "(0|[1-9][0-9]*)" + re.escape(suffix))
     every = checkpoint.names()

@@ -238,6 +238,7 @@ def read_safetensors_weight(path, tensors: tuple[str, ...], experts_axis: int | 
         raise ValueError(
             f"{path}: tensors concatenated along n take experts on axis 0, not {experts_axis}"
         )
+    checkpoint = safetensors_file.Checkpoint(path)  # one index read, shard headers once
     parts = []
     for name in tensors or (None,):
         if name is not None and safetensors_file.EXPERT in name:
@@ -245,12 +246,12 @@ def read_safetensors_weight(path, tensors: tuple[str, ...], experts_axis: int | 
                 raise ValueError(
                     f"{path}: the experts {name!r} names are stacked on axis 0, not {experts_axis}"
                 )
-            experts, dtype = safetensors_file.read_experts(path, name)
+            experts, dtype = safetensors_file.read_experts(checkpoint, name)
             if dtype == FP8:
-                experts = fp8_blocks.Experts(experts, _block_scales(path, name, experts=True))
+                experts = fp8_blocks.Experts(experts, _block_scales(checkpoint, name, experts=True))
             parts.append((name, experts, dtype))
         else:
-            array, dtype, name = safetensors_file.read_tensor(path, name)
+            array, dtype, name = safetensors_file.read_tensor(checkpoint, name)
             if dtype == FP8:
                 if array.ndim != 2:
                     raise ValueError(
@@ -258,7 +259,7 @@ def read_safetensors_weight(path, tensors: tuple[str, ...], experts_axis: int | 
                         "read as (n, k) tensors, experts as a name with {e}"
                     )
                 try:
-                    array = fp8_blocks.dequantize(array, _block_scales(path, name))
+                    array = fp8_blocks.dequantize(array, _block_scales(checkpoint, name))
                 except ValueError as exc:
                     raise ValueError(f"{path}: {name!r}: {exc}") from None
             parts.append((name, array, dtype))
@@ -290,15 +291,16 @@ def _part_shape(part) -> tuple[int, ...]:
 FP8 = "F8_E4M3"  # the safetensors dtype of an FP8 block-scaled weight's codes
 
 
-def _block_scales(path, name: str, experts: bool = False):
+def _block_scales(checkpoint, name: str, experts: bool = False):
     """The float32 block scales of FP8 weight ``name`` (a pattern with ``{e}``: a list
-    of them, expert by expert), from tensor ``name + "_scale_inv"`` (F32 or BF16)."""
-    scale_name = name + fp8_blocks.SCALE_SUFFIX
+    of them, expert by expert), from tensor ``name + "_scale_inv"`` (F32 or BF16) of
+    ``checkpoint`` (a :class:`~nvfp4_aot.safetensors_file.Checkpoint`)."""
+    path, scale_name = checkpoint.path, name + fp8_blocks.SCALE_SUFFIX
     try:
         if experts:
-            scales, dtype = safetensors_file.read_experts(path, scale_name)
+            scales, dtype = safetensors_file.read_experts(checkpoint, scale_name)
         else:
-            scale, dtype, _ = safetensors_file.read_tensor(path, scale_name)
+            scale, dtype, _ = safetensors_file.read_tensor(checkpoint, scale_name)
             scales = [scale]
     except ValueError as exc:
         raise ValueError(

@@ -5,9 +5,11 @@ tests/test_cli.py; the readers: tests/test_safetensors_file.py, tests/test_fp8_b
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -152,3 +154,44 @@ def test_quantize_weight_bad_axes():
         quantize_weight(np.ones((2, 4, 16), dtype=np.float32), experts_axis=2)
     with pytest.raises(ValueError, match="2-D .* or 3-D"):
         quantize_weight(np.ones((1, 2, 4, 16), dtype=np.float32))
+
+
+def test_a_checkpoint_is_read_once_for_every_tensor_a_weight_needs(tmp_path, monkeypatch):
+    """Fused FP8 gate + up experts of a sharded checkpoint (four patterns: codes and
+    scales of each): its index is read once and each shard's header once."""
+    from nvfp4_aot import safetensors_file
+    from nvfp4_aot.fp8_blocks import blocks
+
+    rng = np.random.default_rng(9)
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    weight_map = {}
+    for shard, experts in (("a.safetensors", (0, 1)), ("b.safetensors", (2,))):
+        tensors = {}
+        for e in experts:
+            for proj in ("gate", "up"):
+                tensors[f"e.{e}.{proj}.weight"] = (
+                    "F8_E4M3", rng.integers(0, 0x7E, (32, 128), dtype=np.uint8))  # fmt: skip
+                tensors[f"e.{e}.{proj}.weight_scale_inv"] = (
+                    "F32", np.full(blocks(32, 128), 0.01, np.float32))  # fmt: skip
+        write_safetensors(root / shard, tensors)
+        weight_map.update(dict.fromkeys(tensors, shard))
+    (root / safetensors_file.INDEX_NAME).write_text(json.dumps({"weight_map": weight_map}))
+    reads = []
+    monkeypatch.setattr(safetensors_file, "header", _counting(safetensors_file.header, reads))
+    read_index = safetensors_file.Checkpoint._read_index
+    monkeypatch.setattr(
+        safetensors_file.Checkpoint, "_read_index", staticmethod(_counting(read_index, reads))
+    )
+    weight, dtype, _ = read_safetensors_weight(root, ("e.{e}.gate.weight", "e.{e}.up.weight"))
+    assert dtype == "F8_E4M3" and (len(weight), *weight[0].shape) == (3, 64, 128)
+    assert sorted(Path(path).name for path in reads) == [
+        "a.safetensors", "b.safetensors", "model.safetensors.index.json"]  # fmt: skip
+
+
+def _counting(function, calls: list):
+    def counted(path, *args):
+        calls.append(path)
+        return function(path, *args)
+
+    return counted
