@@ -104,13 +104,22 @@ def quantize_experts(experts, workers: int | None = None) -> QuantizedWeight:
     side by side, numpy's array loops running without the GIL; each reads and holds one
     expert as float32 at a time, and the outputs are written in place, so a layer larger
     than memory quantizes in the memory of its output and ``workers`` experts. The
-    bytes do not depend on ``workers``. Raises ValueError naming the first expert whose
-    shape differs from expert 0's.
+    bytes do not depend on ``workers``. Errors name the expert (the first one, in expert
+    order, where several fail): one whose shape differs from expert 0's, or that
+    :func:`~nvfp4_aot.quantize.quantize` refuses.
     """
     count = len(experts)
     if count == 0:
         raise ValueError("no experts to quantize")
-    first = quantize(experts[0])
+
+    def quantize_expert(e: int) -> QuantizedTensor:
+        x = experts[e]
+        try:
+            return quantize(x)
+        except (ValueError, TypeError) as exc:  # an expert of hundreds: name it
+            raise type(exc)(f"expert {e}: {exc}") from None
+
+    first = quantize_expert(0)
     n, k = first.shape
     packed = np.empty((count, *first.packed.shape), np.uint8)
     scales = np.empty((count, *first.scales.shape), np.uint8)
@@ -127,12 +136,10 @@ def quantize_experts(experts, workers: int | None = None) -> QuantizedWeight:
     threads = min(default_workers() if workers is None else workers, count - 1)
     if threads <= 1:
         for e in range(1, count):
-            store(e, quantize(experts[e]))
+            store(e, quantize_expert(e))
     else:
         with ThreadPoolExecutor(threads) as pool:
-            done = [
-                pool.submit(lambda e: store(e, quantize(experts[e])), e) for e in range(1, count)
-            ]
+            done = [pool.submit(lambda e: store(e, quantize_expert(e)), e) for e in range(1, count)]
             try:
                 for future in done:  # in expert order: the first failing expert is named
                     future.result()

@@ -59,6 +59,11 @@ def test_quantize_experts_one_at_a_time_equals_the_stacked_weight():
         quantize_experts(experts[:2] + [experts[2][:, :48]])
     with pytest.raises(ValueError, match="no experts to quantize"):
         quantize_experts([])
+    bad = [experts[0], experts[1], np.full((24, 64), np.inf, np.float32), experts[3]]
+    with pytest.raises(ValueError, match="expert 2: the tensor holds inf or NaN"):
+        quantize_experts(bad)
+    with pytest.raises(TypeError, match="expert 1: expected float16, bfloat16"):
+        quantize_experts([experts[0], experts[1].astype(np.int32)])
 
 
 class CountingExperts:
