@@ -899,6 +899,12 @@ def _bench_result(case: Case, variants: list[str], times_us: list[float]) -> dic
     "concatenated along n (gate and up as one fused weight).",
 )
 @click.option(
+    "--k-first",
+    is_flag=True,
+    help="WEIGHT is stored K first, (k, n) or (E, k, n) (as Llama 4's experts.gate_up_proj): "
+    "its transpose is quantized.",
+)
+@click.option(
     "--workers",
     type=click.IntRange(min=1),
     default=None,
@@ -906,7 +912,7 @@ def _bench_result(case: Case, variants: list[str], times_us: list[float]) -> dic
     "each holds one expert's work).",
 )
 @json_option
-def quantize(weight, out_dir, experts_axis, tensors, workers, as_json):
+def quantize(weight, out_dir, experts_axis, tensors, k_first, workers, as_json):
     """Quantize a .npy or .safetensors weight to NVFP4 files the GEMM reads (no GPU
     needed).
 
@@ -922,7 +928,7 @@ def quantize(weight, out_dir, experts_axis, tensors, workers, as_json):
     from . import weights
 
     try:
-        document = weights.save_weight(weight, out_dir, experts_axis, tensors, workers)
+        document = weights.save_weight(weight, out_dir, experts_axis, tensors, workers, k_first)
     except (ValueError, TypeError) as exc:  # each names the file
         raise click.ClickException(str(exc)) from None
     if as_json:

@@ -184,8 +184,9 @@ FILES = {
 """File names that :func:`save_weight` writes into its directory."""
 
 
-def describe(q: QuantizedWeight, source: str, dtype: str) -> dict:
-    """The JSON document written next to the arrays."""
+def describe(q: QuantizedWeight, source: str, dtype: str, k_first: bool = False) -> dict:
+    """The JSON document written next to the arrays (``k_first``: the source was stored
+    K first and was transposed)."""
     experts = q.experts
     lead = [] if experts is None else [experts]
     per_expert = blocked_scale_bytes(q.n, q.k)
@@ -193,6 +194,7 @@ def describe(q: QuantizedWeight, source: str, dtype: str) -> dict:
         "format": "nvfp4-aot quantized weight",
         "source": source,
         "source_dtype": dtype,
+        "source_k_first": k_first,
         "experts": experts,
         "n": q.n,
         "k": q.k,
@@ -233,17 +235,21 @@ def describe(q: QuantizedWeight, source: str, dtype: str) -> dict:
     }
 
 
-def read_safetensors_weight(path, tensors: tuple[str, ...], experts_axis: int | None = None):
+def read_safetensors_weight(
+    path, tensors: tuple[str, ...], experts_axis: int | None = None, k_first: bool = False
+):
     """(weight, its safetensors dtype, a source label) from a .safetensors checkpoint (a
     file, a sharded checkpoint's index or its directory): the one tensor it holds, or the
     named ones (BF16 as its bits, :mod:`nvfp4_aot.safetensors_file`).
     A name with ``{e}`` reads the experts e = 0, 1, ... of a MoE layer as one (E, n, k)
     weight (experts on axis 0). Several names are concatenated along n in the order
     given (gate and up projections as one fused weight, one global scale per expert);
-    they must agree in dtype and in every other dimension."""
-    if len(tensors) > 1 and experts_axis not in (None, 0):
+    they must agree in dtype and in every other dimension. ``k_first``: the tensors are
+    stored (k, n) or (E, k, n) and are read transposed (:func:`_k_last`)."""
+    if (len(tensors) > 1 or k_first) and experts_axis not in (None, 0):
         raise ValueError(
-            f"{path}: tensors concatenated along n take experts on axis 0, not {experts_axis}"
+            f"{path}: tensors concatenated along n or stored K first take experts on "
+            f"axis 0, not {experts_axis}"
         )
     checkpoint = safetensors_file.Checkpoint(path)  # one index read, shard headers once
     parts = []
@@ -270,6 +276,8 @@ def read_safetensors_weight(path, tensors: tuple[str, ...], experts_axis: int | 
                 except ValueError as exc:
                     raise ValueError(f"{path}: {name!r}: {exc}") from None
             parts.append((name, array, dtype))
+    if k_first:
+        parts = [(name, _k_last(part), dtype) for name, part, dtype in parts]
     first, array0, dtype = parts[0]
     shape0 = _part_shape(array0)
     for name, array, part_dtype in parts[1:]:
@@ -286,6 +294,30 @@ def read_safetensors_weight(path, tensors: tuple[str, ...], experts_axis: int | 
     else:
         weight = _ConcatenatedExperts([a for _, a, _ in parts])
     return weight, dtype, f"{Path(path).name}:{'+'.join(name for name, _, _ in parts)}"
+
+
+def _k_last(part):
+    """A tensor stored K first, (k, n) or (E, k, n) (Llama 4's ``experts.gate_up_proj``),
+    as its (n, k) / (E, n, k) view; experts read one at a time are transposed as they are
+    asked for. Nothing is copied here (the quantizer converts an expert at a time)."""
+    if isinstance(part, np.ndarray):
+        return np.swapaxes(part, -1, -2)
+    return _TransposedExperts(part)
+
+
+class _TransposedExperts:
+    """Experts stored (k, n), each handed out as its (n, k) transpose."""
+
+    def __init__(self, experts):
+        self.experts = experts
+        count, k, n = _part_shape(experts)
+        self.shape = (count, n, k)
+
+    def __len__(self) -> int:
+        return len(self.experts)
+
+    def __getitem__(self, e: int) -> np.ndarray:
+        return np.asarray(self.experts[e]).T
 
 
 def _part_shape(part) -> tuple[int, ...]:
@@ -320,19 +352,25 @@ def _block_scales(checkpoint, name: str, experts: bool = False):
 
 
 def save_weight(
-    path, out_dir, experts_axis: int | None = None, tensors=(), workers: int | None = None
+    path,
+    out_dir,
+    experts_axis: int | None = None,
+    tensors=(),
+    workers: int | None = None,
+    k_first: bool = False,
 ) -> dict:
     """Quantize the weight in ``path`` and write :data:`FILES` to ``out_dir`` (created if
     missing). Returns the JSON description. ``path`` is a .npy array or a .safetensors
     checkpoint (a file, an index or a directory), whose ``tensors`` are read
-    (:func:`read_safetensors_weight`); ``workers`` as :func:`quantize_experts` takes it.
+    (:func:`read_safetensors_weight`); ``workers`` as :func:`quantize_experts` takes it;
+    ``k_first``: the weight is stored (k, n) or (E, k, n), and its transpose is quantized.
 
     Raises ValueError or TypeError naming the file and what is wrong with it or its array.
     """
     path, out_dir = Path(path), Path(out_dir)
     tensors = (tensors,) if isinstance(tensors, str) else tuple(tensors)
     if safetensors_file.is_checkpoint(path):
-        weight, dtype, source = read_safetensors_weight(path, tensors, experts_axis)
+        weight, dtype, source = read_safetensors_weight(path, tensors, experts_axis, k_first)
     elif tensors:
         raise ValueError(
             f"{path}: tensor names ({', '.join(tensors)}) are for a .safetensors checkpoint"
@@ -345,6 +383,12 @@ def save_weight(
         if not isinstance(weight, np.ndarray):
             raise ValueError(f"{path} is not a single .npy array")
         dtype, source = str(weight.dtype), path.name
+        if k_first:
+            if experts_axis not in (None, 0):
+                raise ValueError(
+                    f"{path}: a weight stored K first takes experts on axis 0, not {experts_axis}"
+                )
+            weight = _k_last(weight)
     try:
         if isinstance(weight, np.ndarray):
             q = quantize_weight(weight, experts_axis, workers)
@@ -357,6 +401,6 @@ def save_weight(
     np.save(out_dir / FILES["SFB"], q.scales_blocked)
     np.save(out_dir / FILES["scale_2"], q.scale_2)
     np.save(out_dir / FILES["global_scale"], q.global_scale)
-    document = describe(q, source, dtype)
+    document = describe(q, source, dtype, k_first)
     (out_dir / FILES["description"]).write_text(json.dumps(document, indent=2) + "\n")
     return document

@@ -999,6 +999,45 @@ def test_quantize_an_fp8_block_scaled_checkpoint(tmp_path):
     )
 
 
+def test_quantize_a_weight_stored_k_first(tmp_path):
+    """--k-first: a weight stored (E, k, n) — a .npy, Llama 4's fused gate_up_proj as one
+    3-D tensor, or per-expert (k, n) gate and up tensors fused along n — gives the files
+    of its (E, n, k) transpose; the JSON says it was transposed."""
+    rng = np.random.default_rng(10)
+    experts, k, n = 3, 64, 48
+    gate_up = float_to_bf16_bits(rng.standard_normal((experts, 2 * n, k)))  # K last
+    np.save(tmp_path / "k_last.npy", gate_up)
+    stored = np.ascontiguousarray(np.swapaxes(gate_up, 1, 2))  # (E, k, 2n) as stored
+    np.save(tmp_path / "k_first.npy", stored)
+    per_expert = {}
+    for e in range(experts):
+        per_expert[f"e.{e}.gate"] = ("BF16", np.ascontiguousarray(stored[e, :, :n]))
+        per_expert[f"e.{e}.up"] = ("BF16", np.ascontiguousarray(stored[e, :, n:]))
+    write_safetensors(tmp_path / "llama4.safetensors", {"experts.gate_up_proj": ("BF16", stored)})
+    write_safetensors(tmp_path / "split.safetensors", per_expert)
+    assert (
+        invoke("quantize", str(tmp_path / "k_last.npy"), "--out", str(tmp_path / "ref")).exit_code
+        == 0
+    )
+    for source, names in (("k_first.npy", []),
+                          ("llama4.safetensors", ["--tensor", "experts.gate_up_proj"]),
+                          ("split.safetensors", ["--tensor", "e.{e}.gate", "--tensor", "e.{e}.up"])):  # fmt: skip
+        out = tmp_path / source.replace(".", "_")
+        result = invoke("quantize", str(tmp_path / source), *names, "--k-first", "--out", str(out),
+                        "--json")  # fmt: skip
+        assert result.exit_code == 0, result.output
+        described = json.loads(result.output)
+        assert described["source_k_first"] is True
+        assert (described["experts"], described["n"], described["k"]) == (experts, 2 * n, k)
+        for name in ("B.npy", "SFB.npy", "scale_2.npy", "global_scale.npy"):
+            assert np.array_equal(np.load(tmp_path / "ref" / name), np.load(out / name)), source
+    result = invoke("quantize", str(tmp_path / "k_first.npy"), "--k-first", "--experts-axis", "1",
+                    "--out", str(tmp_path / "x"))  # fmt: skip
+    assert (
+        result.exit_code == 1 and "stored K first takes experts on axis 0, not 1" in result.output
+    )
+
+
 def test_quantize_fused_gate_and_up_from_safetensors(tmp_path):
     """Two --tensor patterns concatenated along n: the experts' gate and up projections
     as one (E, 2n, k) weight with one global scale per expert, as the fused GEMM takes."""
