@@ -8,7 +8,8 @@ each against ``jax.lax.ragged_dot`` on BF16 weights (issue #18).
    time, whichever is longer; the same for ``ragged_dot`` with the same shapes, and for
    N calls of an empty Python FFI handler (with and without its thread state kept):
    the cost of the mechanism apart from our handler's work, and which thread XLA
-   calls handlers on.
+   calls handlers on; and for N calls whose handler does only our prologue (frame,
+   operands, stream, device, plan key): ours less the plan's run and driver calls.
 2. Layer time: examples/jax_moe.py's jitted NVFP4 layer against the same layer with
    ``ragged_dot`` on the weights dequantized to BF16, at a few shapes; first-call time
    (compile + plan creation) printed too.
@@ -94,10 +95,12 @@ def per_call(jax, repeats: int) -> list[dict]:
         empties = _empty_calls(
             jax, [jax.device_put(np.full(8, i, np.float32)) for i in range(count)]
         )
+        prologue = _prologue_call(jax, (a, sfa, offsets, bs, sfbs), (tokens, n))
         for name, fn, args in (
             ("nvfp4_aot moe_gemm (FFI)", ours, (a, sfa, offsets, bs, sfbs)),
             ("jax.lax.ragged_dot bf16", ragged, (x, sizes, ws)),
             *empties,
+            prologue,
         ):
             first, steady = timed(jax, fn, args, repeats)
             rows.append({"part": "per_call", "impl": name, "gemms": count, "first_ms": first,
@@ -154,6 +157,48 @@ def _empty_calls(jax, xs, platform: str = "CUDA") -> list[tuple]:
         call = jax.ffi.ffi_call(name, jax.ShapeDtypeStruct(xs[0].shape, xs[0].dtype))
         calls.append((label, jax.jit(lambda xs, call=call: [call(x) for x in xs]), (xs,)))
     return calls
+
+
+PROLOGUE = "our handler's prologue only (no plan run)"
+
+
+def _prologue_call(jax, args, c_shape, platform: str = "CUDA") -> tuple:
+    """(label, jitted function, args) making the moe_gemm calls of ``args`` (a, sfa,
+    offsets, bs, sfbs as :func:`per_call` passes them) to a target whose handler does
+    what ours does before the plan runs (the call frame, the operands, XLA's stream
+    (CUDA only: XLA's CPU backend has none), the device, the plan's key) and returns:
+    the FFI call's cost less the plan's run and its driver calls."""
+    import ctypes
+
+    import jax.numpy as jnp
+
+    from nvfp4_aot.jax import handler, xla_ffi
+
+    def execute(address):
+        frame = xla_ffi.read_frame(address)
+        if xla_ffi.answer_metadata(frame, address, 0):
+            return
+        layout, ops, alpha, c, _with_out = handler._decode(frame)
+        if platform == "CUDA":
+            handler.execution_stream(frame)
+        device = handler.device_of(frame, ops[1].data)
+        handler._plan_key(device, layout, ops, c, alpha is not None)
+        _calls[PROLOGUE] += 1
+
+    name = f"nvfp4_bench_prologue_{platform.lower()}"
+    if name not in _empty_handlers:
+        _calls.setdefault(PROLOGUE, 0)
+        function = _empty_handlers[name] = xla_ffi.Handler(execute)
+        address = ctypes.cast(function, ctypes.c_void_p).value
+        jax.ffi.register_ffi_target(
+            name, jax.ffi.pycapsule(address), platform=platform, api_version=1
+        )
+    call = jax.ffi.ffi_call(name, jax.ShapeDtypeStruct(c_shape, jnp.float16))
+
+    def calls(a, sfa, offsets, bs, sfbs):
+        return [call(a, b, sfa, sfb, offsets) for b, sfb in zip(bs, sfbs)]
+
+    return PROLOGUE, jax.jit(calls), args
 
 
 def layers(jax, repeats: int) -> list[dict]:

@@ -32,3 +32,24 @@ def test_empty_handlers_are_called_once_a_call_and_record_the_thread():
             assert bench_jax._calls[name] - before == 3, name
         # a program this cheap runs on the caller's thread in XLA's CPU client
         assert bench_jax._threads == {"caller (main)"}
+
+
+def test_the_prologue_call_reads_moe_gemm_operands():
+    """The prologue target takes moe_gemm's operands as per_call passes them and runs
+    our handler's prologue to its end once a call (a call it could not read would raise
+    before the count)."""
+    from nvfp4_aot.moe_data import MoeProblem
+
+    experts, n, k, tokens = 4, 64, 128, 32
+    problem = MoeProblem(experts, n, k, "contiguous", tokens, np.random.default_rng(0))
+    routing = problem.routing(np.full(experts, tokens // experts))
+    with jax.default_device(jax.devices("cpu")[0]):
+        put = jax.device_put
+        bs = [put(problem.b.reshape(experts, n, k // 2)) for _ in range(2)]
+        args = (put(problem.a), put(routing.sfa), put(routing.routing), bs,
+                [put(problem.sfb)] * 2)  # fmt: skip
+        label, function, args = bench_jax._prologue_call(jax, args, (tokens, n), "cpu")
+        before = bench_jax._calls[label]
+        outputs = jax.block_until_ready(function(*args))
+    assert [o.shape for o in outputs] == [(tokens, n)] * 2
+    assert bench_jax._calls[label] - before == 2
