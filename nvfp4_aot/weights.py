@@ -20,6 +20,7 @@ import numpy as np
 
 from . import fp8_blocks, safetensors_file
 from .blocked import blocked_scale_bytes
+from .layouts import blocked_to_scales
 from .quantize import QuantizedTensor, as_float32, quantize
 
 
@@ -182,6 +183,8 @@ FILES = {
     "description": "quantize.json",
 }
 """File names that :func:`save_weight` writes into its directory."""
+FORMAT = "nvfp4-aot quantized weight"  # quantize.json's "format"
+ARRAYS = tuple(field for field in FILES if field != "description")  # the .npy files
 
 
 def describe(q: QuantizedWeight, source: str, dtype: str, k_first: bool = False) -> dict:
@@ -191,7 +194,7 @@ def describe(q: QuantizedWeight, source: str, dtype: str, k_first: bool = False)
     lead = [] if experts is None else [experts]
     per_expert = blocked_scale_bytes(q.n, q.k)
     return {
-        "format": "nvfp4-aot quantized weight",
+        "format": FORMAT,
         "source": source,
         "source_dtype": dtype,
         "source_k_first": k_first,
@@ -404,3 +407,67 @@ def save_weight(
     document = describe(q, source, dtype, k_first)
     (out_dir / FILES["description"]).write_text(json.dumps(document, indent=2) + "\n")
     return document
+
+
+def load_weight(out_dir) -> QuantizedWeight:
+    """The weight :func:`save_weight` wrote into ``out_dir``, each file checked against
+    ``quantize.json`` (dtype and shape, SFB's bytes per expert, scale_2 = 1 / g) before it
+    is returned: B is what a plan takes as B, SFB as SFB, scale_2 the weight's factor of
+    alpha. ``scales`` (row-major) comes back from the blocked bytes. Raises ValueError
+    naming the file and the field that does not match."""
+    out_dir = Path(out_dir)
+    described = out_dir / FILES["description"]
+    try:
+        document = json.loads(described.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read {described}: {exc}") from None
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise ValueError(f"{described} is not a {FORMAT!r} description")
+    try:
+        experts, n, k = document["experts"], document["n"], document["k"]
+        files = document["files"]
+        arrays = {field: _described_array(out_dir, files[field]) for field in ARRAYS}
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"{described}: missing or malformed field {exc}") from None
+    sizes = [n, k] if experts is None else [experts, n, k]
+    if not all(type(size) is int and size > 0 for size in sizes) or k % 16:
+        raise ValueError(f"{described}: experts {experts!r}, n {n!r}, k {k!r} describe no weight")
+    lead = [] if experts is None else [experts]
+    expected = {"B": lead + [n, k // 2], "SFB": [(experts or 1) * blocked_scale_bytes(n, k)],
+                "scale_2": lead, "global_scale": lead}  # fmt: skip
+    for field, shape in expected.items():
+        if list(arrays[field].shape) != shape:
+            raise ValueError(
+                f"{out_dir / FILES[field]}: shape {arrays[field].shape}, the description's "
+                f"weight ({experts} experts, n {n}, k {k}) needs {tuple(shape)}"
+            )
+    global_scale, scale_2 = arrays["global_scale"], arrays["scale_2"]
+    if not np.array_equal(scale_2, np.float32(1.0) / global_scale):
+        raise ValueError(
+            f"{out_dir / FILES['scale_2']} is not 1 / {FILES['global_scale']} (files of "
+            "different runs?)"
+        )
+    per_expert = arrays["SFB"].reshape(experts or 1, -1)
+    scales = np.stack([blocked_to_scales(b, n, k // 16) for b in per_expert])
+    return QuantizedWeight(
+        packed=arrays["B"],
+        scales=scales if experts is not None else scales[0],
+        scales_blocked=arrays["SFB"],
+        global_scale=global_scale,
+        scale_2=scale_2,
+        experts=experts,
+        n=n,
+        k=k,
+    )
+
+
+def _described_array(out_dir: Path, entry: dict) -> np.ndarray:
+    """The .npy file ``entry`` names in ``out_dir``, of the dtype it states."""
+    path = out_dir / entry["file"]
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from None
+    if array.dtype != np.dtype(entry["dtype"]):
+        raise ValueError(f"{path}: dtype {array.dtype}, the description says {entry['dtype']}")
+    return array

@@ -18,6 +18,7 @@ from nvfp4_aot.blocked import blocked_scale_bytes
 from nvfp4_aot.layouts import bf16_bits_to_float, float_to_bf16_bits
 from nvfp4_aot.quantize import quantize
 from nvfp4_aot.weights import (
+    load_weight,
     quantize_experts,
     quantize_weight,
     read_safetensors_weight,
@@ -200,3 +201,50 @@ def _counting(function, calls: list):
         return function(path, *args)
 
     return counted
+
+
+@pytest.mark.parametrize("experts", [None, 3])
+def test_load_weight_returns_what_save_weight_wrote(tmp_path, experts):
+    rng = np.random.default_rng(11)
+    shape = (40, 64) if experts is None else (experts, 40, 64)
+    np.save(tmp_path / "w.npy", rng.standard_normal(shape).astype(np.float32))
+    save_weight(tmp_path / "w.npy", tmp_path / "out")
+    loaded = load_weight(tmp_path / "out")
+    direct = quantize_weight(np.load(tmp_path / "w.npy"))
+    assert (loaded.experts, loaded.n, loaded.k) == (experts, 40, 64)
+    for field in ("packed", "scales", "scales_blocked", "global_scale", "scale_2"):
+        assert np.array_equal(getattr(loaded, field), getattr(direct, field)), field
+
+
+def test_load_weight_refuses_files_that_do_not_match_their_description(tmp_path):
+    rng = np.random.default_rng(12)
+    for name, shape in (("a", (2, 40, 64)), ("b", (2, 48, 64))):
+        np.save(tmp_path / f"{name}.npy", rng.standard_normal(shape).astype(np.float32))
+        save_weight(tmp_path / f"{name}.npy", tmp_path / name)
+    out = tmp_path / "a"
+    (out / "B.npy").write_bytes((tmp_path / "b" / "B.npy").read_bytes())  # another run's
+    with pytest.raises(ValueError, match=r"B.npy: shape \(2, 48, 32\), the description's weight"):
+        load_weight(out)
+    save_weight(tmp_path / "a.npy", out)
+    np.save(out / "scale_2.npy", np.load(out / "scale_2.npy") * 2)
+    with pytest.raises(ValueError, match="scale_2.npy is not 1 / global_scale.npy"):
+        load_weight(out)
+    np.save(out / "scale_2.npy", np.load(out / "scale_2.npy").astype(np.float64))
+    with pytest.raises(
+        ValueError, match="scale_2.npy: dtype float64, the description says float32"
+    ):
+        load_weight(out)
+    (out / "scale_2.npy").unlink()
+    with pytest.raises(ValueError, match="cannot read .*scale_2.npy"):
+        load_weight(out)
+    (out / "quantize.json").write_text('{"format": "something else"}')
+    with pytest.raises(ValueError, match="is not a 'nvfp4-aot quantized weight' description"):
+        load_weight(out)
+    (out / "quantize.json").write_text('{"format": "nvfp4-aot quantized weight", "n": 40}')
+    with pytest.raises(ValueError, match="missing or malformed field 'experts'"):
+        load_weight(out)
+    save_weight(tmp_path / "a.npy", out)
+    document = json.loads((out / "quantize.json").read_text())
+    (out / "quantize.json").write_text(json.dumps({**document, "k": 40}))
+    with pytest.raises(ValueError, match="experts 2, n 40, k 40 describe no weight"):
+        load_weight(out)
