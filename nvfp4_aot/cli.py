@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -921,16 +922,29 @@ def quantize(weight, out_dir, experts_axis, tensors, k_first, workers, as_json):
     .safetensors checkpoint (BF16, F16, F32, F64, or F8_E4M3 with DeepSeek's 128 x 128
     block scales <name>_scale_inv, dequantized to BF16 as DeepSeek's conversion does): a
     file, a sharded checkpoint's model.safetensors.index.json, or a directory holding
-    either. Each expert gets its own global scale g = 2688 / amax; B.npy holds the packed FP4 codes, SFB.npy the E4M3
-    block scales in the blocked layout (expert after expert), scale_2.npy 1 / g per
-    expert (the weight's factor of alpha). See nvfp4_aot.quantize for the exact formulas.
+    either. Each expert gets its own global scale g = 2688 / amax; B.npy holds the packed
+    FP4 codes, SFB.npy the E4M3 block scales in the blocked layout (expert after expert),
+    scale_2.npy 1 / g per expert (the weight's factor of alpha); nvfp4_aot.weights
+    load_weight reads them back. See nvfp4_aot.quantize for the exact formulas. A
+    progress bar on stderr counts the experts.
     """
     from . import weights
 
-    try:
-        document = weights.save_weight(weight, out_dir, experts_axis, tensors, workers, k_first)
-    except (ValueError, TypeError) as exc:  # each names the file
-        raise click.ClickException(str(exc)) from None
+    with ExitStack() as stack:  # a progress bar on stderr once the experts are counted
+        bar = None
+
+        def on_expert(_done: int, total: int) -> None:
+            nonlocal bar
+            if bar is None:
+                bar = stack.enter_context(progress(total, "quantizing experts"))
+            bar.update(1)
+
+        try:
+            document = weights.save_weight(
+                weight, out_dir, experts_axis, tensors, workers, k_first, on_expert
+            )
+        except (ValueError, TypeError) as exc:  # each names the file
+            raise click.ClickException(str(exc)) from None
     if as_json:
         emit_json(document)
         return

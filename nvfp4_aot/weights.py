@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +45,7 @@ class QuantizedWeight:
 
 
 def quantize_weight(
-    weight, experts_axis: int | None = None, workers: int | None = None
+    weight, experts_axis: int | None = None, workers: int | None = None, on_expert=None
 ) -> QuantizedWeight:
     """Quantize a weight (n, k) or per-expert weights with one experts axis.
 
@@ -55,8 +56,8 @@ def quantize_weight(
     experts_axis : int, optional
         For a 3-D weight, the axis of the experts, 0 (default: (E, n, k)) or 1
         ((n, E, k)). Not allowed for a 2-D weight.
-    workers : int, optional
-        Threads quantizing experts side by side (:func:`quantize_experts`).
+    workers, on_expert : optional
+        As :func:`quantize_experts` takes them.
 
     Experts are converted to float32 and quantized one at a time
     (:func:`quantize_experts`), so a memory-mapped layer costs one expert's float32 copy.
@@ -84,7 +85,7 @@ def quantize_weight(
             f"experts axis must be 0 or 1 (K is the last axis), got {experts_axis} "
             f"for shape {w.shape}"
         )
-    return quantize_experts(np.moveaxis(w, axis, 0), workers)
+    return quantize_experts(np.moveaxis(w, axis, 0), workers, on_expert)
 
 
 MAX_WORKERS = 8  # default threads of quantize_experts: each holds one expert's work
@@ -96,7 +97,7 @@ def default_workers() -> int:
     return max(1, min(cpus or 1, MAX_WORKERS))
 
 
-def quantize_experts(experts, workers: int | None = None) -> QuantizedWeight:
+def quantize_experts(experts, workers: int | None = None, on_expert=None) -> QuantizedWeight:
     """Quantize per-expert weights, each (n, k) with its own ``g``.
 
     ``experts`` is anything with ``len`` and ``experts[e]`` giving expert e's (n, k)
@@ -105,7 +106,8 @@ def quantize_experts(experts, workers: int | None = None) -> QuantizedWeight:
     side by side, numpy's array loops running without the GIL; each reads and holds one
     expert as float32 at a time, and the outputs are written in place, so a layer larger
     than memory quantizes in the memory of its output and ``workers`` experts. The
-    bytes do not depend on ``workers``. Errors name the expert (the first one, in expert
+    bytes do not depend on ``workers``. ``on_expert(done, total)`` is called after each
+    expert, one call at a time (progress: ``done`` counts 1 .. ``total``). Errors name the expert (the first one, in expert
     order, where several fail): one whose shape differs from expert 0's, or that
     :func:`~nvfp4_aot.quantize.quantize` refuses.
     """
@@ -127,11 +129,17 @@ def quantize_experts(experts, workers: int | None = None) -> QuantizedWeight:
     blocked = np.empty((count, first.scales_blocked.size), np.uint8)
     global_scale = np.empty(count, np.float32)
 
+    lock, finished = threading.Lock(), [0]  # experts stored, for on_expert
+
     def store(e: int, q: QuantizedTensor) -> None:
         if q.shape != (n, k):
             raise ValueError(f"expert {e} is {q.shape}, expert 0's {(n, k)}")
         packed[e], scales[e], blocked[e] = q.packed, q.scales, q.scales_blocked
         global_scale[e] = q.global_scale
+        if on_expert is not None:
+            with lock:
+                finished[0] += 1
+                on_expert(finished[0], count)
 
     store(0, first)
     threads = min(default_workers() if workers is None else workers, count - 1)
@@ -361,12 +369,14 @@ def save_weight(
     tensors=(),
     workers: int | None = None,
     k_first: bool = False,
+    on_expert=None,
 ) -> dict:
     """Quantize the weight in ``path`` and write :data:`FILES` to ``out_dir`` (created if
     missing). Returns the JSON description. ``path`` is a .npy array or a .safetensors
     checkpoint (a file, an index or a directory), whose ``tensors`` are read
     (:func:`read_safetensors_weight`); ``workers`` as :func:`quantize_experts` takes it;
-    ``k_first``: the weight is stored (k, n) or (E, k, n), and its transpose is quantized.
+    ``k_first``: the weight is stored (k, n) or (E, k, n), and its transpose is quantized;
+    ``on_expert`` as :func:`quantize_experts` takes it.
 
     Raises ValueError or TypeError naming the file and what is wrong with it or its array.
     """
@@ -394,9 +404,9 @@ def save_weight(
             weight = _k_last(weight)
     try:
         if isinstance(weight, np.ndarray):
-            q = quantize_weight(weight, experts_axis, workers)
+            q = quantize_weight(weight, experts_axis, workers, on_expert)
         else:  # experts read from a checkpoint, one at a time
-            q = quantize_experts(weight, workers)
+            q = quantize_experts(weight, workers, on_expert)
     except (ValueError, TypeError) as exc:  # the array's messages: name the file too
         raise type(exc)(f"{path}: {exc}") from None
     out_dir.mkdir(parents=True, exist_ok=True)

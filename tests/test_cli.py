@@ -831,7 +831,7 @@ def test_quantize_experts_float16_and_bfloat16_bits(tmp_path, dtype):
     np.save(tmp_path / "w.npy", stored)
     result = invoke("quantize", str(tmp_path / "w.npy"), "--out", str(tmp_path), "--json")
     assert result.exit_code == 0, result.output
-    described = json.loads(result.output)
+    described = json.loads(result.stdout)
     assert described["experts"] == 3 and described["files"]["SFB"]["bytes_per_expert"] == 512
     b, sfb = np.load(tmp_path / "B.npy"), np.load(tmp_path / "SFB.npy")
     scale_2 = np.load(tmp_path / "scale_2.npy")
@@ -873,7 +873,7 @@ def test_quantize_a_safetensors_tensor(tmp_path):
     result = invoke("quantize", str(tmp_path / "model.safetensors"), "--tensor", "experts.w1",
                     "--out", str(tmp_path / "st"), "--json")  # fmt: skip
     assert result.exit_code == 0, result.output
-    described = json.loads(result.output)
+    described = json.loads(result.stdout)
     assert described["source"] == "model.safetensors:experts.w1"
     assert described["source_dtype"] == "BF16" and described["experts"] == 2
     for name in ("B.npy", "SFB.npy", "scale_2.npy", "global_scale.npy"):
@@ -896,11 +896,12 @@ def test_quantize_a_moe_layers_experts_from_safetensors(tmp_path):
         "quantize", str(path), "--tensor", "experts.{e}.w", "--out", str(tmp_path / "st"), "--json"
     )
     assert result.exit_code == 0, result.output
-    described = json.loads(result.output)
+    described = json.loads(result.stdout)
     assert described["experts"] == 3 and described["source"] == "layer.safetensors:experts.{e}.w"
     for name in ("B.npy", "SFB.npy", "scale_2.npy", "global_scale.npy"):
         assert np.array_equal(np.load(tmp_path / "npy" / name), np.load(tmp_path / "st" / name))
     assert len(set(np.load(tmp_path / "st" / "global_scale.npy").tolist())) == 3
+    assert "quantizing experts" in result.stderr  # the progress bar, off stdout's JSON
     result = invoke("quantize", str(path), "--tensor", "experts.{e}.w", "--workers", "3",
                     "--out", str(tmp_path / "w3"))  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -937,7 +938,7 @@ def test_quantize_fused_gate_and_up_from_a_sharded_checkpoint(tmp_path):
     result = invoke("quantize", str(root), "--tensor", "l.{e}.g", "--tensor", "l.{e}.u",
                     "--out", str(tmp_path / "st"), "--json")  # fmt: skip
     assert result.exit_code == 0, result.output
-    described = json.loads(result.output)
+    described = json.loads(result.stdout)
     assert (described["experts"], described["n"], described["k"]) == (4, 32, 32)
     for name in ("B.npy", "SFB.npy", "scale_2.npy", "global_scale.npy"):
         assert np.array_equal(np.load(tmp_path / "npy" / name), np.load(tmp_path / "st" / name))
@@ -984,7 +985,7 @@ def test_quantize_an_fp8_block_scaled_checkpoint(tmp_path):
         result = invoke("quantize", str(tmp_path / "fp8.safetensors"), *options,
                         "--out", str(tmp_path / "fp8"), "--json")  # fmt: skip
         assert result.exit_code == 0, result.output
-        assert json.loads(result.output)["source_dtype"] == "F8_E4M3"
+        assert json.loads(result.stdout)["source_dtype"] == "F8_E4M3"
         for name in ("B.npy", "SFB.npy", "scale_2.npy", "global_scale.npy"):
             assert np.array_equal(
                 np.load(tmp_path / "npy" / name), np.load(tmp_path / "fp8" / name)
@@ -1026,7 +1027,7 @@ def test_quantize_a_weight_stored_k_first(tmp_path):
         result = invoke("quantize", str(tmp_path / source), *names, "--k-first", "--out", str(out),
                         "--json")  # fmt: skip
         assert result.exit_code == 0, result.output
-        described = json.loads(result.output)
+        described = json.loads(result.stdout)
         assert described["source_k_first"] is True
         assert (described["experts"], described["n"], described["k"]) == (experts, 2 * n, k)
         for name in ("B.npy", "SFB.npy", "scale_2.npy", "global_scale.npy"):
@@ -1056,7 +1057,7 @@ def test_quantize_fused_gate_and_up_from_safetensors(tmp_path):
     result = invoke("quantize", str(tmp_path / "l.safetensors"), "--tensor", "e.{e}.gate",
                     "--tensor", "e.{e}.up", "--out", str(tmp_path / "st"), "--json")  # fmt: skip
     assert result.exit_code == 0, result.output
-    described = json.loads(result.output)
+    described = json.loads(result.stdout)
     assert described["source"] == "l.safetensors:e.{e}.gate+e.{e}.up"
     assert (described["experts"], described["n"], described["k"]) == (2, 32, 32)
     for name in ("B.npy", "SFB.npy", "scale_2.npy", "global_scale.npy"):

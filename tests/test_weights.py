@@ -88,6 +88,15 @@ class CountingExperts:
         return self.arrays[e]
 
 
+@pytest.mark.parametrize("workers", [1, 3])
+def test_on_expert_counts_every_expert_once(workers):
+    rng = np.random.default_rng(13)
+    arrays = [rng.standard_normal((16, 32)).astype(np.float32) for _ in range(7)]
+    calls = []
+    quantize_experts(arrays, workers=workers, on_expert=lambda *call: calls.append(call))
+    assert calls == [(done, 7) for done in range(1, 8)]
+
+
 def test_workers_quantize_experts_side_by_side_with_the_same_bytes():
     rng = np.random.default_rng(7)
     arrays = [rng.standard_normal((32, 64)).astype(np.float32) * (e + 1) for e in range(9)]
