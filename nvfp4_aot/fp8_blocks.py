@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .layouts import E4M3_VALUES, float_to_bf16_bits
+from .layouts import E4M3_FLOAT32, float_to_bf16_bits
 
 BLOCK = 128  # rows and columns a scale covers (DeepSeek's weight_block_size)
 SCALE_SUFFIX = "_scale_inv"  # the block scales' tensor: the weight's name + this
-_E4M3_FLOAT32 = E4M3_VALUES.astype(np.float32)  # every E4M3 value is exact in float32
 
 
 def blocks(rows: int, cols: int) -> tuple[int, int]:
@@ -46,7 +45,7 @@ def dequantize(codes, scale_inv) -> np.ndarray:
             f"{scale.shape}"
         )
     per_element = np.repeat(np.repeat(scale, BLOCK, axis=0)[:rows], BLOCK, axis=1)[:, :cols]
-    return float_to_bf16_bits(_E4M3_FLOAT32[codes] * per_element)
+    return float_to_bf16_bits(E4M3_FLOAT32[codes] * per_element)
 
 
 class Experts:

@@ -50,6 +50,9 @@ def _e4m3_table() -> np.ndarray:
 E4M3_VALUES = _e4m3_table()
 """float64 value of each FP8 E4M3 (FN) byte 0..255; 0x7F and 0xFF are NaN."""
 
+E4M3_FLOAT32 = E4M3_VALUES.astype(np.float32)
+"""The same values as float32 (every E4M3 value is exact in float32)."""
+
 E4M3_MAX = 448.0
 """Largest finite E4M3 (FN) value."""
 

@@ -59,7 +59,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .blocked import SF_VEC_SIZE
-from .layouts import E4M3_MAX, E4M3_VALUES, pack_fp4, scales_to_blocked
+from .layouts import E4M3_FLOAT32, E4M3_MAX, E4M3_VALUES, pack_fp4, scales_to_blocked
 from .reference import dequantize as _dequantize_codes
 
 FP4_MAX = 6.0
@@ -77,7 +77,6 @@ _FP4_TIE_UP += ((3.5, True), (5.0, False))
 _E4M3_CODES = np.arange(0x7F, dtype=np.uint8)
 _E4M3_GRID = E4M3_VALUES[:0x7F]
 _E4M3_NAN = np.uint8(0x7F)
-_E4M3_FLOAT32 = E4M3_VALUES.astype(np.float32)  # every E4M3 value is exact in float32
 
 
 # scalar codecs with rounding ----------------------------------------------------------
@@ -239,7 +238,7 @@ def quantize(x, global_scale=None) -> QuantizedTensor:
         amax = np.max(np.abs(blocks), axis=-1)  # NaN-propagating
         s = (g * amax) / np.float32(FP4_MAX)  # float32 * float32 -> float32, then / 6
         scales = float_to_e4m3_rn_sat(s)
-        sf = _E4M3_FLOAT32[scales]
+        sf = E4M3_FLOAT32[scales]
         positive = sf > 0  # False for 0 and NaN
         multiplier = np.where(positive, g / np.where(positive, sf, np.float32(1)), np.float32(0))
         v = blocks * multiplier.astype(np.float32)[..., None]

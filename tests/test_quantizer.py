@@ -152,12 +152,12 @@ def test_the_fast_multiplier_is_the_division():
     (powers of two scale every step exactly while q, r and m stay normal); then every
     scale byte (zeros, negatives and NaNs give 0) with random g across the range and its
     ends."""
-    from nvfp4_aot.quantize import _E4M3_FLOAT32
+    from nvfp4_aot.layouts import E4M3_FLOAT32
 
     kernel = _kernel_module()
     decoded = PtxBlock(kernel._RECIPROCAL_PTX).run({"$2": np.arange(256)})
     v = decoded["$0"].astype(np.uint32).view(np.float32)
-    assert np.array_equal(v, _E4M3_FLOAT32, equal_nan=True)
+    assert np.array_equal(v, E4M3_FLOAT32, equal_nan=True)
     with np.errstate(all="ignore"):
         assert np.array_equal(decoded["$1"].astype(np.uint32).view(np.float32), 1 / v,
                               equal_nan=True)  # fmt: skip
@@ -207,10 +207,11 @@ def test_the_kernels_scale_byte_is_the_reference_rounding_of_y_over_6():
     every float32 y >= 0 within 2^16 ulps of an E4M3 tie or grid point times 6, 2^22
     random ones, the ends of the ranges and the specials (NVFP4_AOT_EXHAUSTIVE=1: every
     non-negative float32 and NaN bit pattern)."""
-    from nvfp4_aot.quantize import _E4M3_FLOAT32, float_to_e4m3_rn_sat
+    from nvfp4_aot.layouts import E4M3_FLOAT32
+    from nvfp4_aot.quantize import float_to_e4m3_rn_sat
 
     kernel = _kernel_module()
-    grid = _E4M3_FLOAT32[np.isfinite(_E4M3_FLOAT32) & (_E4M3_FLOAT32 >= 0)].astype(np.float64)
+    grid = E4M3_FLOAT32[np.isfinite(E4M3_FLOAT32) & (E4M3_FLOAT32 >= 0)].astype(np.float64)
     points = np.concatenate([grid, (grid[1:] + grid[:-1]) / 2, [464.0, 480.0, 2.0**-10]])
     y_points = (points * 6).astype(np.float32)
     near = (y_points.view(np.int32)[:, None] + np.arange(-(2**16), 2**16)[None, :]).ravel()
