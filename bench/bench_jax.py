@@ -119,14 +119,23 @@ _empty_handlers: dict[str, object] = {}  # target name -> ctypes handler (kept a
 _calls: dict[str, int] = {}  # executions of each empty handler (label -> count)
 
 
+def _register(jax, name: str, platform: str, label: str, execute) -> None:
+    """Target ``name`` served by ``execute``, registered once a process (its executions
+    counted under ``label``)."""
+    from nvfp4_aot.jax import handler
+
+    if name not in _empty_handlers:
+        _calls.setdefault(label, 0)
+        _empty_handlers[name] = handler.register_target(jax, name, platform, execute)
+
+
 def _empty_calls(jax, xs, platform: str = "CUDA") -> list[tuple]:
-    """(label, jitted function, args) of one call a array of ``xs`` to each of two FFI
+    """(label, jitted function, args) of one call an array of ``xs`` to each of two FFI
     targets whose handlers only read the call frame: one as ctypes leaves the thread,
     one keeping the thread's Python state (``handler.keep_thread_state``, as our targets
     do). What XLA's custom call, ctypes, the GIL and a thread state cost a call, apart
     from our handler's work; the thread that ran them is recorded (the caller's or one of
     XLA's) and the executions counted."""
-    import ctypes
     import threading
 
     from nvfp4_aot.jax import handler, xla_ffi
@@ -147,13 +156,7 @@ def _empty_calls(jax, xs, platform: str = "CUDA") -> list[tuple]:
     for target, keep in (("nvfp4_bench_empty", False), ("nvfp4_bench_empty_kept", True)):
         label = "empty Python FFI handler" + (", thread state kept" if keep else "")
         name = f"{target}_{platform.lower()}"
-        if name not in _empty_handlers:
-            _calls.setdefault(label, 0)
-            function = _empty_handlers[name] = xla_ffi.Handler(empty(keep, label))
-            address = ctypes.cast(function, ctypes.c_void_p).value
-            jax.ffi.register_ffi_target(
-                name, jax.ffi.pycapsule(address), platform=platform, api_version=1
-            )
+        _register(jax, name, platform, label, empty(keep, label))
         call = jax.ffi.ffi_call(name, jax.ShapeDtypeStruct(xs[0].shape, xs[0].dtype))
         calls.append((label, jax.jit(lambda xs, call=call: [call(x) for x in xs]), (xs,)))
     return calls
@@ -168,7 +171,6 @@ def _prologue_call(jax, args, c_shape, platform: str = "CUDA") -> tuple:
     what ours does before the plan runs (the call frame, the operands, XLA's stream
     (CUDA only: XLA's CPU backend has none), the device, the plan's key) and returns:
     the FFI call's cost less the plan's run and its driver calls."""
-    import ctypes
 
     import jax.numpy as jnp
 
@@ -186,13 +188,7 @@ def _prologue_call(jax, args, c_shape, platform: str = "CUDA") -> tuple:
         _calls[PROLOGUE] += 1
 
     name = f"nvfp4_bench_prologue_{platform.lower()}"
-    if name not in _empty_handlers:
-        _calls.setdefault(PROLOGUE, 0)
-        function = _empty_handlers[name] = xla_ffi.Handler(execute)
-        address = ctypes.cast(function, ctypes.c_void_p).value
-        jax.ffi.register_ffi_target(
-            name, jax.ffi.pycapsule(address), platform=platform, api_version=1
-        )
+    _register(jax, name, platform, PROLOGUE, execute)
     call = jax.ffi.ffi_call(name, jax.ShapeDtypeStruct(c_shape, jnp.float16))
 
     def calls(a, sfa, offsets, bs, sfbs):

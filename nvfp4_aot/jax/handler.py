@@ -85,15 +85,21 @@ def register(command_buffer: bool | None = None) -> None:
                 "cpu": quantize_handler.execute_cpu,
             },
         }
-        handlers = {}
-        for name, platforms in targets.items():
-            for platform, function in platforms.items():
-                handler = handlers[f"{name}/{platform}"] = xla_ffi.Handler(function)
-                address = ctypes.cast(handler, ctypes.c_void_p).value
-                jax.ffi.register_ffi_target(
-                    name, jax.ffi.pycapsule(address), platform=platform, api_version=1
-                )
-        _registered = handlers
+        _registered = {
+            f"{name}/{platform}": register_target(jax, name, platform, function)
+            for name, platforms in targets.items()
+            for platform, function in platforms.items()
+        }
+
+
+def register_target(jax, name: str, platform: str, function):
+    """Register ``function`` (a Python function of a call frame's address) as FFI target
+    ``name`` for ``platform`` through a ctypes handler (XLA API 1), and return that
+    handler: the caller keeps it alive as long as XLA may call it."""
+    handler = xla_ffi.Handler(function)
+    address = ctypes.cast(handler, ctypes.c_void_p).value
+    jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(address), platform=platform, api_version=1)
+    return handler
 
 
 def registered() -> bool:
