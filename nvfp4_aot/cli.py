@@ -6,7 +6,7 @@
               mismatch.
 * ``bench``   CUDA-event timing of the grouped GEMM: median and p10/p90 per case.
 * ``quantize`` a .npy or .safetensors weight -> NVFP4 B / SFB / scale_2 files
-              (:mod:`nvfp4_aot.quantize`); no GPU.
+              (:mod:`nvfp4_aot.weights`); no GPU.
 
 Shapes come from ``--shapes FILE`` (JSON: ``{"tests": [...], "benchmarks": [...]}`` of
 ``{"m": [...], "n": [...], "k": [...]}`` cases, as in GPU MODE's task.yml, or a bare

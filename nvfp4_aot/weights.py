@@ -129,17 +129,18 @@ def quantize_experts(experts, workers: int | None = None, on_expert=None) -> Qua
     blocked = np.empty((count, first.scales_blocked.size), np.uint8)
     global_scale = np.empty(count, np.float32)
 
-    lock, finished = threading.Lock(), [0]  # experts stored, for on_expert
+    lock, finished = threading.Lock(), 0  # experts stored, for on_expert
 
     def store(e: int, q: QuantizedTensor) -> None:
+        nonlocal finished
         if q.shape != (n, k):
             raise ValueError(f"expert {e} is {q.shape}, expert 0's {(n, k)}")
         packed[e], scales[e], blocked[e] = q.packed, q.scales, q.scales_blocked
         global_scale[e] = q.global_scale
         if on_expert is not None:
             with lock:
-                finished[0] += 1
-                on_expert(finished[0], count)
+                finished += 1
+                on_expert(finished, count)
 
     store(0, first)
     threads = min(default_workers() if workers is None else workers, count - 1)
