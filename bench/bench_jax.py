@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -105,13 +106,85 @@ def per_call(jax, repeats: int) -> list[dict]:
             first, steady = timed(jax, fn, args, repeats)
             rows.append({"part": "per_call", "impl": name, "gemms": count, "first_ms": first,
                          "ms_per_jit_call": steady})  # fmt: skip
+        if jax.devices()[0].platform == "gpu":
+            split = run_split(jax, ours, (a, sfa, offsets, bs, sfbs), repeats, nj.plans())
+            rows.append({"part": "per_call", "impl": SPLIT, "gemms": count, **split})
     rows.append({"part": "per_call", "impl": "empty handler threads", "threads": sorted(_threads)})
-    for name in {row["impl"] for row in rows if "gemms" in row}:
+    for name in {row["impl"] for row in rows if "ms_per_jit_call" in row}:
         one, many = (r["ms_per_jit_call"] for r in rows if r["impl"] == name)
         rows.append(
             {"part": "per_call", "impl": name, "us_per_extra_gemm": (many - one) / 15 * 1e3}
         )
     return rows
+
+
+SPLIT = "nvfp4_aot moe_gemm (FFI): its plan runs"
+SAMPLED_RUNS = 64  # runs whose GPU time is taken with events
+
+
+def run_split(jax, fn, args, repeats: int, plans) -> dict:
+    """Where ours spends a call past its prologue, over ``repeats`` calls of ``fn``:
+    host µs a run inside the plans' ``run`` (table, ring slot, graph launch, events),
+    the ring waits a run (the host ``RING_SLOTS`` runs ahead of the GPU waits for the
+    oldest: backpressure) and µs waited, and on the GPU (events on XLA's stream around
+    the first SAMPLED_RUNS runs) a run's own time and the time from one run's start to
+    the next one's within a jit call (a run plus whatever XLA queued between)."""
+    from nvfp4_aot import driver
+
+    totals = {"runs": 0, "run_s": 0.0, "waits": 0, "wait_s": 0.0}
+    pairs = [(driver.timing_event_create(), driver.timing_event_create())
+             for _ in range(SAMPLED_RUNS)]  # fmt: skip
+    recorded = []  # (start, end) event pairs, in run order
+
+    def timed_run(run):
+        def wrapped(*operands, stream, **options):
+            pair = pairs[len(recorded)] if len(recorded) < len(pairs) else None
+            if pair:
+                driver.event_record(pair[0], stream)
+            start = time.perf_counter()
+            run(*operands, stream=stream, **options)
+            totals["run_s"] += time.perf_counter() - start
+            totals["runs"] += 1
+            if pair:
+                driver.event_record(pair[1], stream)
+                recorded.append(pair)
+
+        return wrapped
+
+    def timed_wait(synchronize):
+        def wrapped(event):
+            start = time.perf_counter()
+            synchronize(event)
+            totals["wait_s"] += time.perf_counter() - start
+            totals["waits"] += 1
+
+        return wrapped
+
+    calls = {id(plan._launcher._calls): plan._launcher._calls for plan in plans}.values()
+    for plan in plans:  # instance attributes over the methods, deleted after
+        plan.run = timed_run(plan.run)
+    for call in calls:
+        call.event_synchronize = timed_wait(call.event_synchronize)
+    try:
+        timed(jax, fn, args, repeats)
+    finally:
+        for plan in plans:
+            del plan.run
+        for call in calls:
+            del call.event_synchronize
+    driver.synchronize()
+    own = [driver.event_elapsed_ms(start, end) for start, end in recorded]
+    gemms = len(args[3])  # the runs of one jit call
+    between = [driver.event_elapsed_ms(recorded[i][0], recorded[i + 1][0])
+               for i in range(len(recorded) - 1) if (i + 1) % gemms]  # fmt: skip
+    runs = max(totals["runs"], 1)
+    return {
+        "host_us_in_run": totals["run_s"] / runs * 1e6,
+        "ring_waits_per_run": totals["waits"] / runs,
+        "us_waiting_per_run": totals["wait_s"] / runs * 1e6,
+        "gpu_us_per_run": statistics.median(own) * 1e3 if own else None,
+        "gpu_us_start_to_start": statistics.median(between) * 1e3 if between else None,
+    }
 
 
 _threads: set[str] = set()  # which threads XLA ran the empty handlers on

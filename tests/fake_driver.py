@@ -65,6 +65,7 @@ class FakeEvent:
     ident: int
     recorded_on: list[int] = field(default_factory=list)
     ready: bool = True
+    recorded_at: int = 0  # the driver's call count at the last record: a fake clock
 
     def __int__(self) -> int:
         return self.ident
@@ -230,7 +231,12 @@ class FakeDriver:
         self._record("cuEventRecord", event.ident, stream)
         event.recorded_on.append(int(stream))
         event.ready = self.events_ready
+        event.recorded_at = len(self.calls)
         return (SUCCESS,)
+
+    def cuEventElapsedTime(self, start, end):
+        """A microsecond for every driver call between the two records."""
+        return (SUCCESS, (end.recorded_at - start.recorded_at) * 1e-3)
 
     def cuEventQuery(self, event):
         self._record("cuEventQuery", event.ident)

@@ -53,3 +53,53 @@ def test_the_prologue_call_reads_moe_gemm_operands():
         outputs = jax.block_until_ready(function(*args))
     assert [o.shape for o in outputs] == [(tokens, n)] * 2
     assert bench_jax._calls[label] - before == 2
+
+
+class _Plan:
+    """What run_split wraps: a plan's run (here a few driver calls on its stream, the
+    ring wait of every second run) and its launcher's calls."""
+
+    def __init__(self, calls, fake):
+        self._launcher = type("Launcher", (), {"_calls": calls})()
+        self._fake = fake
+        self.runs = 0
+
+    def run(self, *operands, stream):
+        from nvfp4_aot import driver
+
+        self.runs += 1
+        if self.runs % 2 == 0:
+            self._launcher._calls.event_synchronize(driver.event_create())
+        for _ in range(3):
+            driver.event_query(driver.event_create())
+
+
+def test_run_split_times_the_plans_runs_and_ring_waits_and_restores_them(make_fake):
+    """Every run is counted with its host time, the ring waits inside them counted, the
+    events around them give a run's GPU time and start to start within a jit call (the
+    fake clock: a microsecond a driver call), and the wrapped methods are the plans'
+    own again afterwards."""
+    from nvfp4_aot import driver
+
+    fake = make_fake(capability=(9, 0))
+    calls = driver.BindingsCalls()
+    plans = [_Plan(calls, fake), _Plan(calls, fake)]
+
+    def fn(_a, _sfa, _offsets, bs):  # a "jit call": a run a b, as XLA calls the handler
+        for i in range(len(bs)):
+            plans[i % 2].run(0, 1, stream=7)
+        return np.zeros(1)
+
+    fake_jax = type("Jax", (), {"block_until_ready": staticmethod(lambda x: x)})
+    split = bench_jax.run_split(fake_jax, fn, (None, None, None, [0] * 4), 5, plans)
+    runs = (1 + 1 + 5) * 4  # timed(): the first call, one more, then the repeats
+    assert sum(p.runs for p in plans) == runs
+    assert split["ring_waits_per_run"] == pytest.approx(0.5)
+    assert split["host_us_in_run"] > 0 and split["us_waiting_per_run"] > 0
+    # the fake clock between a run's two records: its six calls (event_create +
+    # event_query, three times), two more with a wait, and the end record itself; start
+    # to start one more (the next run's start record)
+    assert 7 <= split["gpu_us_per_run"] <= 9
+    assert 8 <= split["gpu_us_start_to_start"] <= 10
+    assert all("run" not in vars(p) for p in plans)
+    assert "event_synchronize" not in vars(calls)
