@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Main's activation quantizer (sm_90a) baked with other ptxas options, for a replay
-# comparison on the H200 (docs/quantizer_notes.md, "Tried and not kept": not yet measured).
+# comparison on the H200 (measured in session 26, none kept: docs/quantizer_notes.md,
+# "Tried and not kept", and docs/h200/session26/).
 # Run from the repository root (its .venv has the DSL); writes scratch/<variant>/ (the
 # manifest and the quantizer cubin; "base" must equal main's cubin byte for byte) and
 # scratch/qcompare.py, and prints the command for the H200:
