@@ -9,7 +9,9 @@ each against ``jax.lax.ragged_dot`` on BF16 weights (issue #18).
    N calls of an empty Python FFI handler (with and without its thread state kept):
    the cost of the mechanism apart from our handler's work, and which thread XLA
    calls handlers on; and for N calls whose handler does only our prologue (frame,
-   operands, stream, device, plan key): ours less the plan's run and driver calls.
+   operands, stream, device, plan key): ours less the plan's run and driver calls. On
+   a GPU ours is split further (:func:`run_split`): host time inside the plans' runs,
+   waits for a ring slot, and a run's GPU time from events on XLA's stream.
 2. Layer time: examples/jax_moe.py's jitted NVFP4 layer against the same layer with
    ``ragged_dot`` on the weights dequantized to BF16, at a few shapes; first-call time
    (compile + plan creation) printed too.
@@ -177,6 +179,9 @@ def run_split(jax, fn, args, repeats: int, plans) -> dict:
     gemms = len(args[3])  # the runs of one jit call
     between = [driver.event_elapsed_ms(recorded[i][0], recorded[i + 1][0])
                for i in range(len(recorded) - 1) if (i + 1) % gemms]  # fmt: skip
+    for pair in pairs:
+        for event in pair:
+            driver.event_destroy(event)
     runs = max(totals["runs"], 1)
     return {
         "host_us_in_run": totals["run_s"] / runs * 1e6,
