@@ -1,0 +1,59 @@
+"""bench/bench_quantize.py's verdict on issue #16's target (needs torch, which the
+benchmark imports; skipped without it): over the rows with 1,024 rows or more, which
+meet 70 % of the copy bandwidth, which are out of reach (no copy of their bytes reaches
+it) and which are missed. The timings need the GPU; the verdict is checked on the rows
+the H200 recorded in session 26 and on made-up edge rows."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from support import REPO
+
+pytest.importorskip("torch")
+sys.path.insert(0, str(REPO / "bench"))
+import bench_quantize  # noqa: E402
+
+RECORDED = REPO / "docs" / "h200" / "session26" / "call1" / "bench_quantize.json"
+
+
+def row(shape, rows, share, copy_share, ours_us=2.0, copy_us=1.5):
+    return {"shape": shape, "rows": rows, "copy_fraction": share,
+            "copy_same_fraction": copy_share, "ours_graph_us": ours_us,
+            "best_copy_us": copy_us}  # fmt: skip
+
+
+def test_the_recorded_h200_rows_give_the_readmes_count():
+    results = json.loads(RECORDED.read_text())["results"]
+    lines = bench_quantize.target_lines(results)
+    assert lines[0] == (
+        "rows >= 1024: the 70 % target met on 11 of 15; out of reach on 2 (no copy of "
+        "their bytes reaches it); missed on 2"
+    )
+    verdicts = {line.split(":")[0].strip(): line for line in lines[1:]}
+    assert set(verdicts) == {"1024x2048 bfloat16", "1024x2080 bfloat16",
+                             "1024x4096 bfloat16", "masked E=128 max_m=8 k=2048"}  # fmt: skip
+    assert "out of reach" in verdicts["1024x2048 bfloat16"]
+    assert "out of reach" in verdicts["1024x2080 bfloat16"]
+    assert "missed" in verdicts["1024x4096 bfloat16"]
+    assert "missed" in verdicts["masked E=128 max_m=8 k=2048"]
+
+
+def test_edges_rows_below_1024_and_exactly_the_target():
+    assert bench_quantize.target_lines([row("decode", 1023, 0.1, 0.5)]) == []
+    lines = bench_quantize.target_lines(
+        [
+            row("at target", 1024, 0.70, 0.9),
+            row("decode", 8, 0.01, 0.02),
+            row("short", 4096, 0.69, 0.70, ours_us=2.0, copy_us=1.0),
+            row("no copy reaches", 2048, 0.40, 0.6999),
+        ]  # fmt: skip
+    )
+    assert lines[0].startswith("rows >= 1024: the 70 % target met on 1 of 3;")
+    assert lines[0].endswith("out of reach on 1 (no copy of their bytes reaches it); missed on 1")
+    assert lines[1] == ("  short: 69 % - missed: the same-bytes copy reaches 70 %; ours is "
+                        "0.50x its speed")  # fmt: skip
+    assert lines[2].startswith("  no copy reaches: 40 % - out of reach")
