@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from fake_xla import BASE, BF16, F16, F32, S32, U8, FakeFrame, moe_frame
 from nvfp4_aot.blocked import blocked_scale_bytes
 from nvfp4_aot.errors import InvalidProblemError
 from nvfp4_aot.jax import checks, handler, quantize_handler, xla_ffi
@@ -167,77 +168,49 @@ def test_alpha_and_out_dtype_checks():
 # the CUDA handler, called with a hand-built call frame, against the fake driver
 
 
-class FakeFrame:
-    """An XLA_FFI_CallFrame with its buffers, attributes and an API table whose entries
-    are Python functions (stream 9, device 0, errors recorded)."""
-
-    STREAM = 9
-    ERROR = 0xE4404  # what the fake XLA_FFI_Error_Create returns
-
-    def __init__(self, args, rets, metadata: bool = False):
-        self.keep, self.errors = [], []
-        self.frame = xla_ffi.CallFrame(struct_size=ctypes.sizeof(xla_ffi.CallFrame))
-        self.frame.api = ctypes.pointer(self._api())
-        self.frame.stage = xla_ffi.STAGE_EXECUTE
-        self._table(self.frame.args, [self._buffer(*a) for a in args])
-        self._table(self.frame.rets, [self._buffer(*r) for r in rets])
-        if metadata:
-            self.metadata = xla_ffi.Metadata(struct_size=ctypes.sizeof(xla_ffi.Metadata))
-            ext = xla_ffi.MetadataExtension(metadata=ctypes.pointer(self.metadata))
-            ext.extension_base.type = xla_ffi.EXTENSION_METADATA
-            self.keep.append(ext)
-            self.frame.extension_start = ctypes.cast(
-                ctypes.pointer(ext), ctypes.POINTER(xla_ffi.ExtensionBase)
-            )
-
-    def _api(self):
-        def error_create(args):
-            self.errors.append((args.contents.errc, args.contents.message.decode()))
-            return self.ERROR
-
-        def stream_get(args):
-            args.contents.stream = self.STREAM
-            return None
-
-        def ordinal_get(args):
-            args.contents.device_ordinal = 0
-            return None
-
-        api = xla_ffi.Api(struct_size=ctypes.sizeof(xla_ffi.Api))
-        api.XLA_FFI_Error_Create = xla_ffi.ErrorCreate(error_create)
-        api.XLA_FFI_Stream_Get = xla_ffi.StreamGet(stream_get)
-        api.XLA_FFI_DeviceOrdinal_Get = xla_ffi.DeviceOrdinalGet(ordinal_get)
-        self.keep.append(api)
-        return api
-
-    def _buffer(self, data: int, shape: tuple, dtype: int):
-        dims = (ctypes.c_int64 * len(shape))(*shape)
-        buffer = xla_ffi.Buffer(ctypes.sizeof(xla_ffi.Buffer), None, dtype, data, len(shape), dims)
-        self.keep += [dims, buffer]
-        return buffer
-
-    def _table(self, table, buffers) -> None:
-        types = (ctypes.c_int * len(buffers))(*[1] * len(buffers))
-        pointers = (ctypes.c_void_p * len(buffers))(*[ctypes.addressof(b) for b in buffers])
-        self.keep += [types, pointers]
-        table.size, table.types, table.args = len(buffers), types, pointers
-
-    def call(self, function) -> int | None:
-        return function(ctypes.addressof(self.frame))
-
-
-BASE = 0x7000_0000_0000
-U8, S32, F16, F32, BF16 = 6, 4, 10, 11, 16
-
-
-def _moe_frame(experts=8, n=256, k=512, capacity=100, extra=()) -> tuple[FakeFrame, list[int]]:
-    p = [BASE + (i + 1) * (1 << 34) for i in range(6)]  # routing, a, b, c, sfa, sfb
-    args = [
-        (p[1], (capacity, k // 2), U8), (p[2], (experts, n, k // 2), U8),
-        (p[4], (1 << 20,), U8), (p[5], (experts * blocked_scale_bytes(n, k),), U8),
-        (p[0], (experts + 1,), S32),
+def test_read_frame_gives_each_buffer_as_built():
+    frame, p = moe_frame(experts=4, n=128, k=256, capacity=40)
+    read = xla_ffi.read_frame(ctypes.addressof(frame.frame))
+    assert (read.stage, read.extension) == (xla_ffi.STAGE_EXECUTE, 0)
+    assert [(b.data, xla_ffi.shape(b), b.dtype) for b in read.args] == [
+        (p[1], (40, 128), U8), (p[2], (4, 128, 128), U8), (p[4], (1 << 20,), U8),
+        (p[5], (4 * blocked_scale_bytes(128, 256),), U8), (p[0], (5,), S32),
     ]  # fmt: skip
-    return FakeFrame(args + list(extra), [(p[3], (capacity, n), F16)]), p
+    assert [(b.data, xla_ffi.shape(b), b.dtype) for b in read.rets] == [(p[3], (40, 128), F16)]
+    frame.frame.rets.types[0] = 3  # not XLA_FFI_RetType BUFFER
+    with pytest.raises(TypeError, match="result 0 is not a buffer"):
+        xla_ffi.read_frame(ctypes.addressof(frame.frame))
+
+
+def test_queries_call_the_tables_current_entries_on_any_thread():
+    """The stream and device queries call what the API table holds now (their functions
+    are cached by those entries, not by the table's address: a test's table may be freed
+    and another made at its address), with a struct of the calling thread's own; an API
+    older than DeviceOrdinal_Get gives None."""
+    frame, _ = moe_frame()
+    read = xla_ffi.read_frame(ctypes.addressof(frame.frame))
+    assert (xla_ffi.stream(read), xla_ffi.device_ordinal(read)) == (FakeFrame.STREAM, 0)
+    api = frame.frame.api.contents
+
+    def stream_get(args):
+        args.contents.stream = 77
+        return None
+
+    def ordinal_get(args):
+        args.contents.device_ordinal = 3
+        return None
+
+    frame.keep += [xla_ffi.StreamGet(stream_get), xla_ffi.DeviceOrdinalGet(ordinal_get)]
+    api.XLA_FFI_Stream_Get, api.XLA_FFI_DeviceOrdinal_Get = frame.keep[-2:]
+    seen = []
+    worker = threading.Thread(
+        target=lambda: seen.append((xla_ffi.stream(read), xla_ffi.device_ordinal(read)))
+    )
+    worker.start()
+    worker.join()
+    assert seen == [(77, 3)] and xla_ffi.stream(read) == 77
+    api.struct_size = xla_ffi.Api.XLA_FFI_DeviceOrdinal_Get.offset
+    assert xla_ffi.device_ordinal(read) is None
 
 
 @pytest.fixture
@@ -251,7 +224,7 @@ def fake(monkeypatch):
 
 
 def test_cuda_handler_runs_the_plan_on_xlas_stream(fake):
-    frame, (routing, a, b, c, sfa, sfb) = _moe_frame()
+    frame, (routing, a, b, c, sfa, sfb) = moe_frame()
     assert frame.call(handler._execute_cuda) is None, frame.errors
     (plan,) = handler.plans()
     launches = len(plan.layout.launches)  # one routed GEMM (or routing kernel + GEMM)
@@ -267,7 +240,7 @@ def test_cuda_handler_runs_the_plan_on_xlas_stream(fake):
 
 
 def test_cuda_handler_turns_exceptions_into_xla_errors(fake):
-    frame, _ = _moe_frame(capacity=64)
+    frame, _ = moe_frame(capacity=64)
     frame.frame.args.args[0] = frame.frame.rets.args[0]  # C as A: overlapping operands
     assert frame.call(handler._execute_cuda) == FakeFrame.ERROR
     ((code, message),) = frame.errors
@@ -278,7 +251,7 @@ def test_cuda_handler_turns_exceptions_into_xla_errors(fake):
 
 def test_cuda_handler_refuses_a_malformed_call(fake):
     extra = [(BASE, (100, 256), F16), (BASE, (100, 256), F16)]  # two outs
-    frame, _ = _moe_frame(extra=extra)
+    frame, _ = moe_frame(extra=extra)
     assert frame.call(handler._execute_cuda) == FakeFrame.ERROR
     assert "got 7 arguments and 1 results" in frame.errors[0][1]
 
@@ -689,7 +662,7 @@ def test_a_foreign_thread_keeps_its_state_between_calls(foreign_thread, keep):
 def test_the_cuda_handler_keeps_xlas_thread_state(fake, foreign_thread):
     """Executions from a thread of XLA's run the plan and, after the first, reuse that
     thread's Python state."""
-    frame, _ = _moe_frame()
+    frame, _ = moe_frame()
     results, local = [], threading.local()
 
     def execute(address):
