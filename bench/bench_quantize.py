@@ -29,7 +29,8 @@ For each shape (T rows of k BF16 or FP16 elements; plain form unless noted):
 
 MoE rows time the contiguous form (tokens * top_k routed rows read through an index,
 uniform routing; T = 1, 16 and 64 are decode steps) and the masked form (max_m rows per
-expert, every expert full; max_m = 8 a decode step).
+expert, every expert full; max_m = 8 a decode step, also with the 8 or 128 rows of one
+or sixteen tokens' top-8 at random over the experts, as a decode routing fills them).
 
     PYTHONPATH=. python bench/bench_quantize.py [--quick] [--repeats N] [--json out.json]
 """
@@ -155,9 +156,9 @@ def matches_reference(x, g, out, scales, dtype) -> bool:
     )
 
 
-def bench_moe(form, experts, tokens, k, copy_bw, repeats, device, top_k=8) -> dict:
+def bench_moe(form, experts, tokens, k, copy_bw, repeats, device, top_k=8, routed=None) -> dict:
     """Contiguous: tokens * top_k routed rows read through an index; masked: every expert
-    full (max_m rows)."""
+    full (max_m rows), or ``routed`` rows at random over the experts (<= max_m each)."""
     x = (torch.randn(tokens if form == "contiguous" else experts * tokens, k, device=device)
          * 4).to(torch.bfloat16)  # fmt: skip
     g = torch.tensor([1.0], dtype=torch.float32, device=device)
@@ -172,9 +173,10 @@ def bench_moe(form, experts, tokens, k, copy_bw, repeats, device, top_k=8) -> di
         extra = 4 * capacity + 4 * (experts + 1)
     else:
         kwargs = dict(capacity=tokens, experts=experts)
-        routing = torch.full((experts,), tokens, dtype=torch.int32)
+        counts = masked_counts(experts, tokens, routed)
+        routing = counts.to(torch.int32)
         index = None
-        routed = experts * tokens
+        routed = int(counts.sum())
         extra = 4 * experts
     routing = routing.to(device)
     index = index.to(device) if index is not None else None
@@ -191,14 +193,25 @@ def bench_moe(form, experts, tokens, k, copy_bw, repeats, device, top_k=8) -> di
 
         graph_ms = statistics.median(time_graph_relaxed(ours, repeats))
         eager_ms = statistics.median(time_events(ours, [None], repeats))
-        if form == "contiguous":  # the scale rows this routing writes
-            padded = int(((counts + 127) // 128 * 128).sum()) * plan.problem.blocks_padded
-        else:
-            padded = plan.scale_bytes
+        # the scale rows this routing writes: its experts' rows, padded to 128
+        padded = int(((counts + 127) // 128 * 128).sum()) * plan.problem.blocks_padded
     moved = routed * k * 2 + routed * k // 2 + padded + extra
     label = f"{form} E={experts} {'T' if form == 'contiguous' else 'max_m'}={tokens} k={k}"
+    if form == "masked" and routed < experts * tokens:
+        label += f" ({routed} rows)"
     return _row(label, moved, copy_bw, graph_ms, eager_ms, None, None, None, routed, repeats,
                 device)  # fmt: skip
+
+
+def masked_counts(experts: int, max_m: int, routed: int | None) -> torch.Tensor:
+    """Rows per expert of a masked routing: max_m each (``routed`` None), else ``routed``
+    rows dealt to experts at random, none past max_m (a fixed seed: the same every run)."""
+    if routed is None:
+        return torch.full((experts,), max_m, dtype=torch.int64)
+    if routed > experts * max_m:
+        raise ValueError(f"{routed} rows do not fit {experts} experts of {max_m}")
+    slots = torch.randperm(experts * max_m, generator=torch.Generator().manual_seed(routed))
+    return torch.bincount(slots[:routed] // max_m, minlength=experts)
 
 
 def _row(label, moved, copy_bw, graph_ms, eager_ms, torch_ms, same_ref, same_torch, rows,
@@ -283,22 +296,26 @@ def main() -> int:
     torch.cuda.set_device(device)
     copy_bw = copy_bandwidth(device)
     results, failed = [], []
-    jobs = [(bench_plain, (rows, k, "bfloat16")) for rows, k in (QUICK if args.quick else SHAPES)]
-    jobs.append((bench_plain, (4096, 4096, "float16")))
+    jobs = [
+        (bench_plain, (rows, k, "bfloat16"), {}) for rows, k in (QUICK if args.quick else SHAPES)
+    ]
+    jobs.append((bench_plain, (4096, 4096, "float16"), {}))
     if not args.quick:
-        jobs.append((bench_moe, ("contiguous", 128, 1024, 2048)))
-        jobs.append((bench_moe, ("contiguous", 256, 4096, 7168)))
-        jobs.append((bench_moe, ("masked", 32, 512, 7168)))
+        jobs.append((bench_moe, ("contiguous", 128, 1024, 2048), {}))
+        jobs.append((bench_moe, ("contiguous", 256, 4096, 7168), {}))
+        jobs.append((bench_moe, ("masked", 32, 512, 7168), {}))
         # decode: few tokens, most of the plan's scale rows neither tokens nor padding
-        jobs.append((bench_moe, ("contiguous", 128, 1, 2048)))  # one token: 8 rows
-        jobs.append((bench_moe, ("contiguous", 128, 16, 2048)))
-        jobs.append((bench_moe, ("contiguous", 256, 64, 7168)))
-        jobs.append((bench_moe, ("masked", 128, 8, 2048)))
-    for function, shape in jobs:
+        jobs.append((bench_moe, ("contiguous", 128, 1, 2048), {}))  # one token: 8 rows
+        jobs.append((bench_moe, ("contiguous", 128, 16, 2048), {}))
+        jobs.append((bench_moe, ("contiguous", 256, 64, 7168), {}))
+        jobs.append((bench_moe, ("masked", 128, 8, 2048), {}))
+        for routed in (8, 128):  # one and sixteen tokens' top-8 in the same masked plan
+            jobs.append((bench_moe, ("masked", 128, 8, 2048), {"routed": routed}))
+    for function, shape, options in jobs:
         try:  # one failing shape must not hide the others
-            results.append(function(*shape, copy_bw, args.repeats, device))
+            results.append(function(*shape, copy_bw, args.repeats, device, **options))
         except Exception as exc:  # noqa: BLE001 (reported, and the exit code says so)
-            failed.append(f"{function.__name__}{shape}: {type(exc).__name__}: {exc}")
+            failed.append(f"{function.__name__}{shape}{options or ''}: {type(exc).__name__}: {exc}")
             print(f"FAILED {failed[-1]}", flush=True)
     _print(results, copy_bw)
     if args.json:

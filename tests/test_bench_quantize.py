@@ -57,3 +57,17 @@ def test_edges_rows_below_1024_and_exactly_the_target():
     assert lines[1] == ("  short: 69 % - missed: the same-bytes copy reaches 70 %; ours is "
                         "0.50x its speed")  # fmt: skip
     assert lines[2].startswith("  no copy reaches: 40 % - out of reach")
+
+
+def test_masked_decode_routings_deal_their_rows_within_max_m():
+    full = bench_quantize.masked_counts(128, 8, None)
+    assert full.tolist() == [8] * 128
+    for routed in (8, 128, 1024):
+        counts = bench_quantize.masked_counts(128, 8, routed)
+        assert int(counts.sum()) == routed and len(counts) == 128
+        assert 0 <= int(counts.min()) and int(counts.max()) <= 8
+        assert counts.tolist() == bench_quantize.masked_counts(128, 8, routed).tolist()
+    # one token's top-8 lands on several experts, not all on one
+    assert int((bench_quantize.masked_counts(128, 8, 8) > 0).sum()) > 1
+    with pytest.raises(ValueError, match="1025 rows do not fit 128 experts of 8"):
+        bench_quantize.masked_counts(128, 8, 1025)
