@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Session 27: bake main's quantizer (sm_90a) and make_moe_variants.py's timing-only
-# variants into scratch/<name>/ (manifest + cubins; "base" must equal main's cubin).
+# Session 27: bake main's quantizer (sm_90a), make_moe_variants.py's variants and
+# make_timeline_probe.py's probe into scratch/<name>/ (manifest + cubin; "base" must
+# equal main's cubin).
 # Run from the repository root (its .venv has the DSL).
 set -euo pipefail
 REPO=$PWD
@@ -19,5 +20,14 @@ for spec in base: slots:slots nopad:nopad slotsnopad:"slots nopad" search8:searc
   (cd "$WORK" && CUTE_DSL_ARCH=sm_90a "$REPO/.venv/bin/python" scratch/bake_one.py sm_90a "$REPO/scratch/$name")
   git worktree remove --force "$WORK"
 done
+# the per-warp timeline probe of main's kernel (make_timeline_probe.py; timeline_moe.py)
+WORK=$(mktemp -d)
+git worktree add -q --detach "$WORK" HEAD
+mkdir -p "$WORK/scratch" scratch/probe
+cp docs/h200/session19/bake_one.py "$WORK/scratch/"
+(cd "$WORK" && python3 "$REPO/docs/h200/session27/make_timeline_probe.py")
+git show HEAD:artifacts/manifest.json > scratch/probe/manifest.json
+(cd "$WORK" && CUTE_DSL_ARCH=sm_90a "$REPO/.venv/bin/python" scratch/bake_one.py sm_90a "$REPO/scratch/probe")
+git worktree remove --force "$WORK"
 git show HEAD:artifacts/nvfp4_quantize.sm_90a.g1.cubin | cmp - scratch/base/nvfp4_quantize.sm_90a.g1.cubin
 echo "base equals main's cubin"
