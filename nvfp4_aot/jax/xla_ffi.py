@@ -16,6 +16,7 @@ import functools
 import struct
 import sys
 import threading
+from collections.abc import Callable
 from typing import NamedTuple
 
 # handler API version we declare in the metadata (the range XLA accepts starts at 0.1)
@@ -268,8 +269,12 @@ def api_table(address: int) -> Api:
 
 def api_has(api: Api, field: str) -> bool:
     """Whether XLA's API table is long enough to hold entry ``field``."""
-    entry = getattr(Api, field)
-    return api.struct_size >= entry.offset + entry.size
+    return _holds(api.struct_size, getattr(Api, field))
+
+
+def _holds(table_size: int, entry) -> bool:
+    """Whether a table of ``table_size`` bytes holds ``entry`` (a field of :class:`Api`)."""
+    return table_size >= entry.offset + entry.size
 
 
 def answer_metadata(frame: Frame, address: int, traits: int) -> bool:
@@ -302,8 +307,8 @@ class _EntryPoints(NamedTuple):
     """The API table's stream and device-ordinal queries as functions of their argument
     struct's address (None: an API older than the entry)."""
 
-    stream_get: ctypes._CFuncPtr
-    device_ordinal_get: ctypes._CFuncPtr | None
+    stream_get: Callable[[int], int | None]
+    device_ordinal_get: Callable[[int], int | None] | None
 
 
 _BY_ADDRESS = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
@@ -318,7 +323,7 @@ def entry_points(address: int) -> _EntryPoints:
     """The stream and device-ordinal queries of the API table at ``address``."""
     stream_get = _WORD.unpack_from(_MEMORY, address + _STREAM_GET.offset)[0]
     ordinal_get = 0
-    if _WORD.unpack_from(_MEMORY, address)[0] >= _DEVICE_ORDINAL_GET.offset + 8:  # api_has
+    if _holds(_WORD.unpack_from(_MEMORY, address)[0], _DEVICE_ORDINAL_GET):  # its struct_size
         ordinal_get = _WORD.unpack_from(_MEMORY, address + _DEVICE_ORDINAL_GET.offset)[0]
     key = (stream_get, ordinal_get)
     points = _entry_points.get(key)
