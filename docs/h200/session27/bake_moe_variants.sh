@@ -9,7 +9,7 @@ mkdir -p scratch
 cp docs/h200/session15/qcompare.py scratch/
 patch -s scratch/qcompare.py < docs/h200/session16/qcompare_widths.diff
 python3 docs/h200/session27/qcompare_sparse.py
-for spec in base: slots:slots nopad:nopad slotsnopad:"slots nopad" search8:search8 idxpre:idxpre mslots:mslots; do
+for spec in base: slots:slots nopad:nopad slotsnopad:"slots nopad" search8:search8 idxpre:idxpre mslots:mslots padafter:padafter; do
   name=${spec%%:*} edits=${spec#*:}
   WORK=$(mktemp -d)
   git worktree add -q --detach "$WORK" HEAD

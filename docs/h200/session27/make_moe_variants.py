@@ -1,5 +1,5 @@
-"""Session 27's timing-only variants of main's quantizer (904fffc) for the MoE forms'
-extra ~1.4 µs a run: edits nvfp4_aot/kernels/nvfp4_quantize.py in place (run in a
+"""Session 27's variants of main's quantizer (904fffc) for the MoE forms' extra ~1.4 µs
+a run (timing-only ones, and correct candidates): edits nvfp4_aot/kernels/nvfp4_quantize.py in place (run in a
 worktree; bake with docs/h200/session19/bake_one.py).
 
     python make_moe_variants.py nopad    # no padding scale rows zeroed (bytes differ)
@@ -21,6 +21,9 @@ worktree; bake with docs/h200/session19/bake_one.py).
                                          # before the wait (copies of empty slots too); the
                                          # counts are scanned after the first copies and a
                                          # slot past its expert's count is skipped
+    python make_moe_variants.py padafter # a correct candidate: the padding scale rows
+                                         # zeroed after the warp's units, not before (the
+                                         # padding bytes are no unit's)
 """
 
 import sys
@@ -235,6 +238,23 @@ for what in sys.argv[1:]:
                 if slot_row - slot_expert * capacity >= tables[1][slot_expert]:
                     units_ahead[F_KIND] = cutlass.Int32(ROW_NONE)
         quantize_unit(""",
+        )
+    elif what == "padafter":
+        sub(
+            """    zero_padding(form, experts, capacity, col_tiles, scale_rows // SF_ROWS, scales, tables[0],
+                 tables[1], warp_index, step, lane)  # fmt: skip
+    batch_first""",
+            """    batch_first""",
+        )
+        sub(
+            """        for i in cutlass.range_constexpr(DESCRIPTOR * AHEAD):
+            units_ahead[i] = units_ahead[DESCRIPTOR + i]
+""",
+            """        for i in cutlass.range_constexpr(DESCRIPTOR * AHEAD):
+            units_ahead[i] = units_ahead[DESCRIPTOR + i]
+    zero_padding(form, experts, capacity, col_tiles, scale_rows // SF_ROWS, scales, tables[0],
+                 tables[1], warp_index, step, lane)  # fmt: skip
+""",
         )
     else:
         raise SystemExit(__doc__)
