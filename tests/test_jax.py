@@ -393,6 +393,28 @@ def test_zero_capacity_runs_nothing(jax):
     assert c.shape == (0, 64) and handler.executions() == before
 
 
+def test_queries_reach_xlas_own_entry_points(jax):
+    """The cached entry points call XLA's real API table: its CPU client answers the
+    device-ordinal query (0) through them; its stream query, which a CPU execution
+    has no stream for, gives our error or a stream, and never faults."""
+    seen = []
+
+    def execute(address):
+        frame = xla_ffi.read_frame(address)
+        if not xla_ffi.answer_metadata(frame, address, 0):
+            seen.append(xla_ffi.device_ordinal(frame))
+            try:
+                seen.append(xla_ffi.stream(frame))
+            except RuntimeError as exc:
+                seen.append(str(exc))
+
+    kept = handler.register_target(jax, "nvfp4_test_queries", "cpu", execute)
+    call = jax.ffi.ffi_call("nvfp4_test_queries", jax.ShapeDtypeStruct((8,), np.float32))
+    jax.block_until_ready(jax.jit(call)(np.ones(8, np.float32)))
+    assert kept is not None and seen[0] == 0
+    assert isinstance(seen[1], int) or seen[1] == "XLA_FFI_Stream_Get failed"
+
+
 def test_lowering_for_cuda_names_the_target(jax):
     """The program lowered for CUDA (here possibly without a GPU) holds our custom call."""
     import nvfp4_aot.jax as nj
