@@ -29,5 +29,7 @@ cp docs/h200/session19/bake_one.py "$WORK/scratch/"
 git show HEAD:artifacts/manifest.json > scratch/probe/manifest.json
 (cd "$WORK" && CUTE_DSL_ARCH=sm_90a "$REPO/.venv/bin/python" scratch/bake_one.py sm_90a "$REPO/scratch/probe")
 git worktree remove --force "$WORK"
+# the empty XLA FFI handler in C of docs/experiments/jax_c_handler (call 6)
+cc -O2 -shared -fPIC -o scratch/libempty.so docs/experiments/jax_c_handler/empty_handler.c
 git show HEAD:artifacts/nvfp4_quantize.sm_90a.g1.cubin | cmp - scratch/base/nvfp4_quantize.sm_90a.g1.cubin
 echo "base equals main's cubin"
