@@ -34,25 +34,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "bench"))
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+from host_operands import per_call_us  # noqa: E402
 
 from fake_xla import moe_frame  # noqa: E402
 from nvfp4_aot.jax import handler, xla_ffi  # noqa: E402
 from support import installed_h200  # noqa: E402
-
-
-def per_call_us(fn, reps: int) -> float:
-    """Median thread CPU µs per call of ``fn`` over 15 batches (the dev box is shared)."""
-    for _ in range(reps // 4):
-        fn()
-    samples = []
-    for _ in range(15):
-        start = time.thread_time()
-        for _ in range(reps):
-            fn()
-        samples.append((time.thread_time() - start) / reps * 1e6)
-    return statistics.median(samples)
 
 
 def cases(frame, address: int) -> dict:
@@ -94,7 +84,8 @@ def main(argv=None) -> int:
             timed = cases(frame, address)
             for _ in range(args.rounds):  # alternate pieces so that drift hits them alike
                 for name, fn in timed.items():
-                    results.setdefault(name, []).append(per_call_us(fn, args.reps))
+                    us = per_call_us(fn, args.reps, clock=time.thread_time)  # a shared box
+                    results.setdefault(name, []).append(us)
             handler.release_plans()
     finally:
         handler._plans.update(saved)

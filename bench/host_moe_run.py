@@ -38,7 +38,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
-from host_operands import looking_like_cuda  # noqa: E402
+from host_operands import looking_like_cuda, per_call_us  # noqa: E402
 
 from fake_driver import FakeDriver, installed  # noqa: E402
 from nvfp4_aot import loader  # noqa: E402
@@ -74,15 +74,8 @@ def measure(plan: MoeGemmPlan, fixed, routings, reps: int) -> float:
         state[0] = i + 1
         run(*fixed, routings[i % count], stream=7)
 
-    for _ in range(reps // 4):
-        call()
-    samples = []
-    for _ in range(15):  # CPU time of this thread: the dev box is shared and noisy
-        start = time.thread_time()
-        for _ in range(reps):
-            call()
-        samples.append((time.thread_time() - start) / reps * 1e6)
-    return statistics.median(samples)
+    # CPU time of this thread: the dev box is shared and noisy
+    return per_call_us(call, reps, clock=time.thread_time)
 
 
 def main(argv=None) -> int:

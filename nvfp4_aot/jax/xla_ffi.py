@@ -233,7 +233,7 @@ def read_frame(address: int) -> Frame:
 
 def frame_api(address: int) -> int:
     """The API table's address from the call frame at ``address``."""
-    return _words(1, "Q").unpack_from(_MEMORY, address + CallFrame.api.offset)[0]
+    return _WORD.unpack_from(_MEMORY, address + CallFrame.api.offset)[0]
 
 
 def shape(buffer: RawBuffer) -> tuple[int, ...]:
@@ -244,6 +244,9 @@ def shape(buffer: RawBuffer) -> tuple[int, ...]:
 def _words(count: int, code: str) -> struct.Struct:
     """``count`` little-endian words of struct ``code`` (compiled once per count)."""
     return struct.Struct(f"<{count}{code}")
+
+
+_WORD = _words(1, "Q")  # one pointer-sized word
 
 
 def _buffers(count: int, types: int, pointers: int, kind: int, what: str) -> list[RawBuffer]:
@@ -312,7 +315,6 @@ class _EntryPoints(NamedTuple):
 
 
 _BY_ADDRESS = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
-_WORD = struct.Struct("<Q")
 _STREAM_GET, _DEVICE_ORDINAL_GET = Api.XLA_FFI_Stream_Get, Api.XLA_FFI_DeviceOrdinal_Get
 # by the entries' addresses as the table holds them (not by the table's address: a table
 # freed and another made at its address, as tests do, must not reuse the old functions)
