@@ -61,14 +61,13 @@ def summarize(words: np.ndarray) -> dict:
 def cases(torch, device):
     """(label, plan kwargs, operands without the global scale)."""
     bf16 = torch.bfloat16
+    from bench_quantize import masked_counts
+
     for rows, k in ((1024, 2048), (1024, 4096)):
         x = (torch.randn(rows, k, device=device) * 4).to(bf16)
         yield f"plain {rows}x{k}", dict(k=k, rows=rows), dict(x=x)
     for experts, max_m, k, routed in ((128, 8, 2048, None), (128, 8, 2048, 8)):
-        counts = torch.full((experts,), max_m, dtype=torch.int32)
-        if routed is not None:
-            counts = torch.zeros(experts, dtype=torch.int32)
-            counts[torch.randperm(experts)[:routed]] = 1
+        counts = masked_counts(experts, max_m, routed).to(torch.int32)
         x = (torch.randn(experts * max_m, k, device=device) * 4).to(bf16)
         yield (f"masked E={experts} max_m={max_m} k={k} ({int(counts.sum())} rows)",
                dict(k=k, form="masked", capacity=max_m, experts=experts),
