@@ -60,6 +60,7 @@ from bench_common import (  # noqa: E402
 
 from nvfp4_aot.layouts import blocked_offset  # noqa: E402
 from nvfp4_aot.quantize import quantize  # noqa: E402
+from nvfp4_aot.quantize_routing import row_map  # noqa: E402
 from nvfp4_aot.quantizer import QuantizePlan  # noqa: E402
 
 TARGET = 0.70
@@ -193,9 +194,9 @@ def bench_moe(form, experts, tokens, k, copy_bw, repeats, device, top_k=8, route
 
         graph_ms = statistics.median(time_graph_relaxed(ours, repeats))
         eager_ms = statistics.median(time_events(ours, [None], repeats))
-        # the scale rows this routing writes: its experts' rows, padded to 128
-        padded = int(((counts + 127) // 128 * 128).sum()) * plan.problem.blocks_padded
-    moved = routed * k * 2 + routed * k // 2 + padded + extra
+        # the scale rows this routing writes (contiguous: padded to 128 an expert)
+        written = row_map(plan.problem, routing.cpu().numpy()).scale_rows.size
+    moved = routed * k * 2 + routed * k // 2 + written * plan.problem.blocks_padded + extra
     label = f"{form} E={experts} {'T' if form == 'contiguous' else 'max_m'}={tokens} k={k}"
     if form == "masked" and routed < experts * tokens:
         label += f" ({routed} rows)"

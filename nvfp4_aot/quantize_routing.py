@@ -52,8 +52,8 @@ def row_map(problem: QuantizeProblem, routing=None, index=None) -> RowMap:
         expert(0, 0, p.rows, p.scale_rows)
     elif p.form == "masked":
         counts = _clamp(np.asarray(routing)[: p.experts], 0, p.capacity)
-        for e, m in enumerate(counts):
-            expert(e * p.expert_scale_rows, e * p.capacity, int(m), round_up(int(m), BLOCK_ROWS))
+        for e, m in enumerate(counts):  # no padding rows: no C row past masked_m is written
+            expert(e * p.expert_scale_rows, e * p.capacity, int(m), int(m))
     else:
         offsets = np.asarray(routing, dtype=np.int64)[: p.experts + 1]
         segment = 0

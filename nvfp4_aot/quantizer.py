@@ -18,10 +18,10 @@ Forms (``x`` row stride ``row_stride`` elements; rows of ``out`` are k/2 bytes):
                 contiguous MoE GEMM's A and SFA (nvfp4_aot.moe)
     masked      x (E, max_m, k)   -> out (E, max_m, k/2), scales E x blocked(max_m, k);
                 routing = masked_m int32[E]; expert e's rows >= masked_m[e] are not
-                written, its scale rows masked_m[e] .. round_up(masked_m[e], 128) are zero
+                written, codes or scales (the masked GEMM writes no C row there)
 
 What a run writes, and nothing else: the routed rows of ``out`` and, of ``scales``, the
-routed rows and the padding rows of each expert's 128-row segment. Device counts are
+routed rows and (plain, contiguous) the padding rows of each 128-row segment. Device counts are
 clamped to the plan's capacity and index entries to x's rows, as the MoE routing kernel
 clamps them, so no routing, however hostile, makes the kernel read or write outside the
 arrays the plan checked; results for an inconsistent routing (overlapping experts) are

@@ -340,10 +340,9 @@ def test_row_map_by_hand():
     assert rows.out_rows[:2].tolist() == [0, -1]
     assert (rows.out_rows[128 : 128 + 129] == np.arange(1, 130)).all()
     masked = make_problem(32, "masked", None, 200, 3, "float16", None)
-    rows = row_map(masked, [5, -4, 1000])
-    assert rows.scale_rows.tolist() == list(range(128)) + list(range(512, 768))
-    assert rows.out_rows[:6].tolist() == [0, 1, 2, 3, 4, -1]
-    assert rows.out_rows[128:].max() == 2 * 200 + 199
+    rows = row_map(masked, [5, -4, 1000])  # no padding rows: counts 5, 0, 200 (clamped)
+    assert rows.scale_rows.tolist() == list(range(5)) + list(range(512, 712))
+    assert rows.out_rows.tolist() == list(range(5)) + list(range(400, 600))
 
 
 def test_expected_outputs_of_the_plain_form_are_the_reference():
@@ -410,10 +409,8 @@ def emulate_kernel(memory, plan_address: int, run_address: int, num_ctas: int) -
             expert, r = divmod(s, expert_scale_rows)
             count = struct.unpack("<i", memory.read(run[R_ROUTING] + 4 * expert, 4))[0]
             rows = _clamp(count, 0, capacity)
-            if r < rows:
+            if r < rows:  # and no padding rows
                 kind, out_row, in_row = "tokens", expert * capacity + r, expert * capacity + r
-            elif r < round_up(rows, SF_ROWS):
-                kind = "padding"
         else:
             kind = "tokens" if s < capacity else "padding"
             out_row = in_row = s

@@ -30,7 +30,10 @@ Three forms (plan word ``Q_FORM``; :mod:`nvfp4_aot.quantize_layout` has the word
   sf_offset[e] + (0 .. round_up(m_e, 128)), sf_offset[e] = sum_{j<e} round_up(m_j, 128),
   the padding rows' scales zero: exactly what the contiguous MoE GEMM reads.
 * masked: expert e owns rows e * max_m + (0 .. masked_m[e]) of X (E, max_m, k) and of
-  the codes, and scale rows e * round_up(max_m, 128) + (0 .. round_up(masked_m[e], 128)).
+  the codes, and scale rows e * round_up(max_m, 128) + (0 .. masked_m[e]): no padding,
+  since the masked GEMM writes no C row at or past masked_m[e] and those rows' codes are
+  left as they were (on a decode routing, E = 128 and max_m = 8, zeroing them wrote 2 MB
+  of the run's 7.3 MB).
 
 Device counts are clamped as the routing kernel clamps them (0 <= offsets[e] <=
 offsets[e + 1] <= capacity, 0 <= masked_m[e] <= max_m), index entries to the input's
@@ -44,8 +47,8 @@ Q_SEGMENT_BLOCKS, quantize_layout.unit_blocks): 2 or 1 blocks a lane, a row over
 warps, by the same short-segment code paths. The units are the
 run's token rows only (MoE: this routing's, not the plan's worst case: a decode routing,
 E = 128 at 16 tokens, has 1.0 K scale rows with tokens or padding of the plan's 16.3 K).
-The padding scale rows (an expert's rows past its tokens to the end of its 128-row atom;
-plain: past T) are zeroed before the units, a warp a 512-byte atom with 16-byte stores
+The padding scale rows (contiguous: an expert's rows past its tokens to the end of its
+128-row atom; plain: past T) are zeroed before the units, a warp a 512-byte atom with 16-byte stores
 (zero_padding): as units of their own, their loop beside the token math made every unit
 4-10 % slower (session 16, docs/h200/session16/quantizer.md). Each warp has its own
 ring of STAGES shared-memory stages: its lane 0 starts one bulk copy (cp.async.bulk, an
@@ -707,8 +710,8 @@ def quantize_unit(units_ahead: cute.Tensor, stage, fp16: cutlass.Constexpr[bool]
 @cute.jit
 def zero_padding(form: cutlass.Constexpr[int], experts, capacity, col_tiles, scale_tiles,
                  scales, s_seg, s_rows, warp_index, step, lane):  # fmt: skip
-    """Zero the padding scale rows: an expert's rows past its tokens to the end of its
-    last 128-row atom (plain: the rows past T). A warp an atom (128 rows x 4 blocks, 512
+    """Zero the padding scale rows: a contiguous expert's rows past its tokens to the end
+    of its last 128-row atom (plain: the rows past T). A warp an atom (128 rows x 4 blocks, 512
     bytes), a lane a 16-byte chunk of it (rows c, c + 32, c + 64, c + 96, 4 bytes each),
     of which the padding rows are the tail; atoms past the plan's scale rows are not
     written (a routing whose clamped counts overlap). Run before the units, not as units
@@ -803,8 +806,9 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_warp, s_mu
         else:  # 0, subnormal, huge or non-finite g (the same branch for the whole grid)
             s_mult[tidx + row] = multiplier(g_bits, divisor)
     cute.arch.barrier()
-    zero_padding(form, experts, capacity, col_tiles, scale_rows // SF_ROWS, scales, tables[0],
-                 tables[1], warp_index, step, lane)  # fmt: skip
+    if cutlass.const_expr(form != FORM_MASKED):  # masked: no padding (module docstring)
+        zero_padding(form, experts, capacity, col_tiles, scale_rows // SF_ROWS, scales, tables[0],
+                     tables[1], warp_index, step, lane)  # fmt: skip
     batch_first = cutlass.Int32(0)  # the round lane 0's description is of
     consume = cutlass.Int32(0)  # the stage of the unit quantized this round, its parity
     parity = cutlass.Int32(0)
