@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Session 28 call C: the kernel to land — masked runs write no padding scale rows
 # (mnopad) and masked plans whose slots fit one round take the slots as units, described
-# before the PDL wait (session 27's mslots) — on the mnopad branch, rebaked for every arch
+# before the PDL wait (session 27's mslots) — the mslots branch (3c4dc9a), rebaked for every arch
 # (GEMM cubins unchanged), copied into scratch/mm_tree (tracked files but docs/): the
 # quantizer's whole GPU suite, the torch / JAX quantize and masked tests (require-GPU),
 # bench_quantize.py, memcheck + racecheck on the MoE / padding / short-row tests, and a
-# replay comparison against main's cubin (scratch/base).
+# replay comparison against main's cubin (scratch/base) and make_plainaligned.py's variant
+# of the landed kernel (scratch/plainaligned: plain runs with T % 128 == 0 without padding code).
 set -u
 OUT=${OUT:-out}; OUT=$(realpath "$OUT"); mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -28,5 +29,6 @@ for tool in memcheck racecheck; do
 done
 date -u
 cd "$ROOT" && timeout 40 python3 scratch/qcompare.py --passes 3 --json "$OUT/compare.json" \
-  base=scratch/base landed=scratch/mm_tree/artifacts > "$OUT/compare.txt" 2>&1
+  base=scratch/base landed=scratch/mm_tree/artifacts plainaligned=scratch/plainaligned \
+  > "$OUT/compare.txt" 2>&1
 echo "compare exit $?"; cut -c1-200 "$OUT/compare.txt"; date -u
