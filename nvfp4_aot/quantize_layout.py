@@ -11,9 +11,9 @@ input row, its output row and its blocked-scale row. The plan's words bound them
 ``Q_UNITS`` = the scale rows x segments (an MoE run has only its routing's token rows;
 one whose clamped counts reach past the plan's scale rows writes nothing there). The
 *padding* scale rows (a contiguous expert's rows past its tokens to the end of its 128-row
-atom; plain: past T; the masked form has none) are zeroed apart from the units, a warp a 512-byte atom. So a grid fixed
-at plan creation serves every routing, and nothing outside the outputs the plan checked
-is ever written. The layout of the words has one home: this module.
+atom; plain: past T; the masked form has none) are zeroed apart from the units, a warp a
+512-byte atom. So a grid fixed at plan creation serves every routing, and nothing outside
+the outputs the plan checked is ever written. The layout of the words has one home: this module.
 """
 
 from __future__ import annotations
