@@ -23,9 +23,9 @@ Forms (``x`` row stride ``row_stride`` elements; rows of ``out`` are k/2 bytes):
 What a run writes, and nothing else: the routed rows of ``out`` and, of ``scales``, the
 routed rows and (plain, contiguous) the padding rows of each 128-row segment. Device
 counts are clamped to the plan's capacity and index entries to x's rows, as the MoE
-routing kernel clamps them, so no routing, however hostile, makes the kernel read or write outside the
-arrays the plan checked; results for an inconsistent routing (overlapping experts) are
-unspecified.
+routing kernel clamps them, so no routing, however hostile, makes the kernel read or
+write outside the arrays the plan checked; results for an inconsistent routing
+(overlapping experts) are unspecified.
 """
 
 from __future__ import annotations
