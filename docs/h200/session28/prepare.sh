@@ -22,7 +22,7 @@ for spec in mnopad: mnopadmslots:mslots; do
   git worktree remove --force "$WORK"
 done
 rm -rf scratch/mnopad_tree && mkdir -p scratch/mnopad_tree
-git archive mnopad | tar -x -C scratch/mnopad_tree --exclude=docs
+git archive 3f2fef5 | tar -x -C scratch/mnopad_tree --exclude=docs  # the mnopad branch (merged)
 # the branch's sm_90a quantizer is make_mnopad.py's edit of main's: the same cubin
 cmp scratch/mnopad/nvfp4_quantize.sm_90a.g1.cubin scratch/mnopad_tree/artifacts/nvfp4_quantize.sm_90a.g1.cubin
 echo "scratch/ ready for callA"
