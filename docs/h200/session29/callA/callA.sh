@@ -12,7 +12,7 @@
 #  3. replay comparison, 3 alternating passes: main before session 28 (scratch/base),
 #     mslots (landed), plainaligned (plain runs with T % 128 == 0 without padding code),
 #     cspec, and mslots with 64-block units forced (landed64: 1024 x 4096's units halved);
-#  4. bench_quantize.py on mm_tree; 5. memcheck + racecheck on mm_tree and cspec;
+#  4. memcheck + racecheck on mm_tree and cspec; 5. bench_quantize.py on mm_tree;
 #  6. the torch / JAX quantize and masked tests on mm_tree.
 set -u
 OUT=${OUT:-out}; OUT=$(realpath "$OUT"); mkdir -p "$OUT"
@@ -32,8 +32,6 @@ echo "cspec tests exit $?"; grep FAILED "$OUT/cspec_tests.log" | head; tail -n 1
   base=scratch/base landed=scratch/mm_tree/artifacts plainaligned=scratch/plainaligned \
   cspec=scratch/cspec landed64=scratch/mm_tree/artifacts:64 > "$OUT/compare.txt" 2>&1)
 echo "compare exit $?"; cut -c1-260 "$OUT/compare.txt"; date -u
-timeout 100 python3 bench/bench_quantize.py --json "$OUT/bench_quantize.json" > "$OUT/bench_quantize.txt" 2>&1
-echo "bench exit $?"; cut -c1-190 "$OUT/bench_quantize.txt" | tail -n 30; date -u
 for tool in memcheck racecheck; do
   NVFP4_AOT_QUANT_ROUTINGS=2 timeout 80 compute-sanitizer --tool $tool --error-exitcode 9 \
     python3 -m pytest -q -p no:cacheprovider tests/test_quantizer_gpu.py -k "$SUBSET" > "$OUT/${tool}.log" 2>&1
@@ -43,6 +41,8 @@ for tool in memcheck racecheck; do
     -k "contiguous or padding_rows" > "$OUT/cspec_${tool}.log" 2>&1
   echo "cspec $tool exit $?"; grep -E "SUMMARY|passed|failed" "$OUT/cspec_${tool}.log" | tail -n 2
 done; date -u
+timeout 100 python3 bench/bench_quantize.py --json "$OUT/bench_quantize.json" > "$OUT/bench_quantize.txt" 2>&1
+echo "bench exit $?"; cut -c1-190 "$OUT/bench_quantize.txt" | tail -n 30; date -u
 timeout 60 python3 -m pytest -q -p no:cacheprovider -rf tests/test_torch_gpu.py tests/test_jax_gpu.py \
   -k "quantize or masked" > "$OUT/torch_jax_tests.log" 2>&1
 echo "torch/jax tests exit $?"; grep FAILED "$OUT/torch_jax_tests.log" | head; tail -n 1 "$OUT/torch_jax_tests.log"
