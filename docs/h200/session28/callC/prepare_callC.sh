@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# What callC.sh needs in scratch/ (from the repository root on the CPU machine, its .venv
-# with the DSL; ~2 minutes): scratch/base (main's quantizer before session 28, a55c78f),
-# scratch/mm_tree (the mslots branch's tracked files but docs/) and scratch/plainaligned
-# (make_plainaligned.py on the mslots branch's kernel).
+# What call C needs in scratch/ (its script became docs/h200/session29/callA/callA.sh;
+# run from the repository root on the CPU machine, its .venv with the DSL; ~2 minutes):
+# scratch/base (main's quantizer before session 28, a55c78f), scratch/mm_tree (the mslots
+# branch's tracked files but docs/) and scratch/plainaligned (make_plainaligned.py on the
+# mslots branch's kernel).
 set -euo pipefail
 REPO=$PWD
 mkdir -p scratch/base scratch/plainaligned
@@ -21,4 +22,4 @@ cp docs/h200/session19/bake_one.py "$WORK/scratch/"
 git show mslots:artifacts/manifest.json > scratch/plainaligned/manifest.json
 (cd "$WORK" && CUTE_DSL_ARCH=sm_90a "$REPO/.venv/bin/python" scratch/bake_one.py sm_90a "$REPO/scratch/plainaligned")
 git worktree remove --force "$WORK"
-echo "scratch/ ready for callC"
+echo "scratch/ ready for call C (docs/h200/session29/callA/callA.sh)"

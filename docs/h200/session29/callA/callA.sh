@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session 29 call A: session 28's call C (docs/h200/session28/callC/callC.sh, not run
-# there) with this session's contiguous candidate beside it. Most needed first:
+# Session 29 call A: session 28's call C (not run there; this script replaces its own)
+# with this session's contiguous candidate beside it. Most needed first:
 #  1. the mslots branch (3c4dc9a: masked runs write no padding, masked plans whose slots
 #     fit one round take the slots as units), its tracked files but docs/ in
 #     scratch/mm_tree: the quantizer's whole GPU suite (require-GPU);
