@@ -44,13 +44,15 @@ Work: a warp takes one unit (a token row x a segment of 128 blocks, 4 KB of inpu
 time; lane l owns blocks l, l + 32, l + 64, l + 96 of the segment. Plans whose units
 would leave most warps idle (decode sizes) take segments of 64 or 32 blocks (plan word
 Q_SEGMENT_BLOCKS, quantize_layout.unit_blocks): 2 or 1 blocks a lane, a row over more
-warps, by the same short-segment code paths. The units are the
-run's token rows only (MoE: this routing's, not the plan's worst case: a decode routing,
-E = 128 at 16 tokens, has 1.0 K scale rows with tokens or padding of the plan's 16.3 K).
-The padding scale rows (contiguous: an expert's rows past its tokens to the end of its
-128-row atom; plain: past T) are zeroed before the units, a warp a 512-byte atom with 16-byte stores
+warps, by the same short-segment code paths. The units are the run's token rows only
+(MoE: this routing's, not the plan's worst case: a decode routing, E = 128 at 16 tokens,
+has 1.0 K scale rows with tokens or padding of the plan's 16.3 K). The padding scale rows
+(contiguous: an expert's rows past its tokens to the end of its 128-row atom; plain: past
+T) are zeroed before the units, a warp a 512-byte atom with 16-byte stores
 (zero_padding): as units of their own, their loop beside the token math made every unit
-4-10 % slower (session 16, docs/h200/session16/quantizer.md). Each warp has its own
+4-10 % slower (session 16, docs/h200/session16/quantizer.md). A plain run with T % 128
+== 0 has none and skips the loop by a uniform branch (1024 x 4096: 3.79 -> 3.69 us, H100,
+session 30: the loop's presence cost time although it zeroed nothing). Each warp has its own
 ring of STAGES shared-memory stages: its lane 0 starts one bulk copy (cp.async.bulk, an
 mbarrier per stage) of each token row segment, STAGES - 1 units ahead of the one the warp
 quantizes, so the input waits in shared memory, not in registers. A warp describes its
@@ -63,9 +65,10 @@ scale segments and unit rows in shared memory (scans) and finds a unit row's exp
 binary search there. A masked plan whose slots (E x max_m x segments) fit one round of
 the grid skips that before its first copies: its units are the slots, described from the
 plan before the PDL wait like a plain run's, each slot's copy starts right after the wait,
-the counts are scanned while the copies fly and a slot past its expert's count is
-skipped (E = 128, max_m = 8: 4.4 -> 3.6 us a run with the padding gone too, H200, session
-28). The kernel is compiled once per form and dtype (constexpr), so no form's bookkeeping
+each warp loads its slot's count while the copy flies (no scans: a slot needs only its
+own expert's count) and a slot past that count is skipped (E = 128, max_m = 8: 4.4 -> 3.6
+us a run with the padding gone too, H200, session 28; the per-warp count instead of the
+CTA's scans 3.69 -> 3.48, H100, session 30). The kernel is compiled once per form and dtype (constexpr), so no form's bookkeeping
 is in another's code.
 
 The math is issue-bound: per block of 16 elements about 181 SASS instructions (sm_90a; a
@@ -825,9 +828,13 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_warp, s_mu
         take(units_ahead, d, (k0, i0, o0, s0, e0), d)
         start_copy(units_ahead, d, stage0 + d * STAGE_BYTES, full0 + 8 * d, x, row_stride,
                    input_rows, blocks, unit_blocks, lane, False)  # fmt: skip
+    slot_count = cutlass.Int32(0)
     if cutlass.const_expr(form == FORM_MASKED):
-        if slots != 0:  # the counts, for the slots' check
-            expert_segments(plan, run, form, *tables, s_warp, tidx)
+        if slots != 0:  # round 0's slot's count (the only round), for its check
+            counts = run_int32s(run, R_ROUTING, MAX_EXPERTS + 1)
+            _first, slot_count = expert_rows(
+                units_ahead[F_OUT_ROW] // capacity, counts, routing_layout(form), capacity
+            )
     # while those copies fly: the multiplier g / sf of every scale byte, once per CTA (a
     # block looks its one up instead of dividing), from the reciprocals
     g_exponent = (g_bits >> 23) & 255
@@ -837,9 +844,13 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_warp, s_mu
         else:  # 0, subnormal, huge or non-finite g (the same branch for the whole grid)
             s_mult[tidx + row] = multiplier(g_bits, divisor)
     cute.arch.barrier()
-    if cutlass.const_expr(form != FORM_MASKED):  # masked: no padding (module docstring)
+    if cutlass.const_expr(form == FORM_CONTIGUOUS):
         zero_padding(form, experts, capacity, col_tiles, scale_rows // SF_ROWS, scales, tables[0],
                      tables[1], warp_index, step, lane)  # fmt: skip
+    if cutlass.const_expr(form == FORM_PLAIN):
+        if (capacity & (SF_ROWS - 1)) != 0:  # else no padding rows: skip the loop
+            zero_padding(form, experts, capacity, col_tiles, scale_rows // SF_ROWS, scales,
+                         tables[0], tables[1], warp_index, step, lane)  # fmt: skip
     batch_first = cutlass.Int32(0)  # the round lane 0's description is of
     consume = cutlass.Int32(0)  # the stage of the unit quantized this round, its parity
     parity = cutlass.Int32(0)
@@ -862,7 +873,7 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_warp, s_mu
             if slots != 0:  # a slot past its expert's (clamped) count: no token row
                 slot_row = units_ahead[F_OUT_ROW]
                 slot_expert = slot_row // capacity
-                if slot_row - slot_expert * capacity >= tables[1][slot_expert]:
+                if slot_row - slot_expert * capacity >= slot_count:
                     units_ahead[F_KIND] = cutlass.Int32(ROW_NONE)
         quantize_unit(units_ahead, stage0 + consume * STAGE_BYTES, fp16, g_bits, s_mult, out,
                       out_row_bytes, scales, col_tiles, lane, blocks, blocks_padded,
