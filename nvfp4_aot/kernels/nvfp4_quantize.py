@@ -50,26 +50,27 @@ has 1.0 K scale rows with tokens or padding of the plan's 16.3 K). The padding s
 (contiguous: an expert's rows past its tokens to the end of its 128-row atom; plain: past
 T) are zeroed before the units, a warp a 512-byte atom with 16-byte stores
 (zero_padding): as units of their own, their loop beside the token math made every unit
-4-10 % slower (session 16, docs/h200/session16/quantizer.md). A plain run with T % 128
-== 0 has none and skips the loop by a uniform branch (1024 x 4096: 3.79 -> 3.69 us, H100,
-session 30: the loop's presence cost time although it zeroed nothing). Each warp has its own
-ring of STAGES shared-memory stages: its lane 0 starts one bulk copy (cp.async.bulk, an
-mbarrier per stage) of each token row segment, STAGES - 1 units ahead of the one the warp
-quantizes, so the input waits in shared memory, not in registers. A warp describes its
-next 32 units at once (lane l the l-th: the segment search and the index entry, the
-routing's dependent loads), and takes each unit's description by shuffles. Round i of
-the grid's warps takes the next step units, warp w the one at (w + i) mod step, so that
-no warp (and no scheduler) always gets a row's short last segment (k = 7168: 3.5
-segments). For the MoE forms each CTA first turns the device counts into the experts'
-scale segments and unit rows in shared memory (scans) and finds a unit row's expert by
-binary search there. A masked plan whose slots (E x max_m x segments) fit one round of
-the grid skips that before its first copies: its units are the slots, described from the
-plan before the PDL wait like a plain run's, each slot's copy starts right after the wait,
-each warp loads its slot's count while the copy flies (no scans: a slot needs only its
-own expert's count) and a slot past that count is skipped (E = 128, max_m = 8: 4.4 -> 3.6
-us a run with the padding gone too, H200, session 28; the per-warp count instead of the
-CTA's scans 3.69 -> 3.48, H100, session 30). The kernel is compiled once per form and dtype (constexpr), so no form's bookkeeping
-is in another's code.
+4-10 % slower (session 16, docs/h200/session16/quantizer.md). A plain run with T a
+multiple of 128 has none and skips the loop by a uniform branch (1024 x 4096: 3.79 ->
+3.69 us, H100, session 30: the loop's presence cost time although it zeroed nothing).
+Each warp has its own ring of STAGES shared-memory stages: its lane 0 starts one bulk
+copy (cp.async.bulk, an mbarrier per stage) of each token row segment, STAGES - 1 units
+ahead of the one the warp quantizes, so the input waits in shared memory, not in
+registers. A warp describes its next 32 units at once (lane l the l-th: the segment
+search and the index entry, the routing's dependent loads), and takes each unit's
+description by shuffles. Round i of the grid's warps takes the next step units, warp w
+the one at (w + i) mod step, so that no warp (and no scheduler) always gets a row's short
+last segment (k = 7168: 3.5 segments). For the MoE forms each CTA first turns the device
+counts into the experts' scale segments and unit rows in shared memory (scans) and finds
+a unit row's expert by binary search there. A masked plan whose slots (E x max_m x
+segments) fit one round of the grid skips that before its first copies: its units are the
+slots, described from the plan before the PDL wait like a plain run's, each slot's copy
+starts right after the wait, each warp loads its slot's count while the copy flies (no
+scans: a slot needs only its own expert's count) and a slot past that count is skipped (E
+= 128, max_m = 8: 4.4 -> 3.6 us a run with the padding gone too, H200, session 28; the
+per-warp count instead of the CTA's scans 3.69 -> 3.48, H100, session 30). The kernel is
+compiled once per form and dtype (constexpr), so no form's bookkeeping is in another's
+code.
 
 The math is issue-bound: per block of 16 elements about 181 SASS instructions (sm_90a; a
 lane's four blocks and their addressing 740), 128 of them the 8 FMA-pipe steps an
