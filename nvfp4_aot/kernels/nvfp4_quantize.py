@@ -509,12 +509,17 @@ def clamp(value, low, high):
     return cutlass.min(cutlass.max(value, low), high)
 
 
-def run_int32s(run, field: int, size):
-    """The int32 array at run word ``field`` (routing counts, index, global scale bits)."""
+def int32s(address, size):
+    """The int32 array at a device address (a run word)."""
     return cute.make_tensor(
-        cute.make_ptr(cutlass.Int32, run[field], cute.AddressSpace.gmem, assumed_align=4),
+        cute.make_ptr(cutlass.Int32, address, cute.AddressSpace.gmem, assumed_align=4),
         cute.make_layout(size),
     )
+
+
+def run_int32s(run, field: int, size):
+    """The int32 array at run word ``field`` (routing counts, index, global scale bits)."""
+    return int32s(run[field], size)
 
 
 def padded_rows(rows):
@@ -523,14 +528,11 @@ def padded_rows(rows):
 
 
 @cute.jit
-def expert_segments(plan, run, form: cutlass.Constexpr[int], s_seg, s_rows, s_unit, s_warp, tidx):
+def expert_segments(routing, form: cutlass.Constexpr[int], s_seg, s_rows, s_unit, s_warp, tidx):
     """MoE forms: every expert's first scale row, rows and first unit (token row of the
     run's) into shared memory, from the device counts clamped as the routing kernel
     clamps them; s_unit[experts] is the number of token rows this routing has."""
-    experts = cutlass.Int32(plan[Q_EXPERTS])
-    capacity = cutlass.Int32(plan[Q_CAPACITY])
-    per_expert = cutlass.Int32(plan[Q_EXPERT_SCALE_ROWS])
-    counts = run_int32s(run, R_ROUTING, MAX_EXPERTS + 1)
+    experts, capacity, per_expert, counts, _index = routing
     carried = cutlass.Int32(0)
     carried_units = cutlass.Int32(0)
     for base in cutlass.range(0, experts, THREADS, unroll=1):
@@ -556,7 +558,7 @@ def expert_segments(plan, run, form: cutlass.Constexpr[int], s_seg, s_rows, s_un
 
 
 @cute.jit
-def locate(plan, run, u, form: cutlass.Constexpr[int], scale_rows, s_seg, s_rows, s_unit, slots):
+def locate(routing, u, form: cutlass.Constexpr[int], scale_rows, s_seg, s_rows, s_unit, slots):
     """(kind, input row, output row, scale row) of unit row ``u`` (a token row) for this
     run's routing; ROW_NONE for one whose scale row is past the plan's ``scale_rows`` (a
     routing whose clamped counts overlap; masked ``slots``: unit row u is slot (e, m),
@@ -567,7 +569,7 @@ def locate(plan, run, u, form: cutlass.Constexpr[int], scale_rows, s_seg, s_rows
     in_row = u
     out_row = u
     s = u
-    capacity = cutlass.Int32(plan[Q_CAPACITY])
+    experts, capacity, per_expert, counts, index = routing
     use_slots = cutlass.Int32(0)
     if cutlass.const_expr(form == FORM_MASKED):
         use_slots = slots
@@ -576,9 +578,8 @@ def locate(plan, run, u, form: cutlass.Constexpr[int], scale_rows, s_seg, s_rows
     elif use_slots != 0:  # masked, one round: unit row u is slot (e, m) = divmod(u, max_m)
         kind = cutlass.Int32(ROW_TOKENS)
         slot_expert = u // capacity
-        s = slot_expert * cutlass.Int32(plan[Q_EXPERT_SCALE_ROWS]) + (u - slot_expert * capacity)
+        s = slot_expert * per_expert + (u - slot_expert * capacity)
     else:
-        experts = cutlass.Int32(plan[Q_EXPERTS])
         # the last expert whose rows start at or before u (empty ones start where the
         # next one does, so the found one holds u; rows past them all are not asked for)
         low = cutlass.Int32(0)
@@ -598,17 +599,16 @@ def locate(plan, run, u, form: cutlass.Constexpr[int], scale_rows, s_seg, s_rows
             kind = cutlass.Int32(ROW_TOKENS)
             # the expert's first output row, from the counts as the scan read them (no
             # shared table: 4 KB less a CTA)
-            counts = run_int32s(run, R_ROUTING, MAX_EXPERTS + 1)
             first, _rows = expert_rows(expert, counts, routing_layout(form), capacity)
             out_row = first + r
             in_row = out_row
-            if form == FORM_CONTIGUOUS and run[R_INDEX] != 0:
-                in_row = run_int32s(run, R_INDEX, capacity)[out_row]
+            if form == FORM_CONTIGUOUS and index != 0:
+                in_row = int32s(index, capacity)[out_row]
     return kind, in_row, out_row, s
 
 
 @cute.jit
-def describe_batch(first_round, warp_index, step, plan, run, units, segments, scale_rows,
+def describe_batch(first_round, warp_index, step, routing, units, segments, scale_rows,
                    form: cutlass.Constexpr[int], s_seg, s_rows, s_unit, lane, slots):  # fmt: skip
     """Lane l's description of this warp's unit in round first_round + l: (kind, input
     row, output row, scale row, segment), ROW_NONE past the run's last unit. A
@@ -625,7 +625,7 @@ def describe_batch(first_round, warp_index, step, plan, run, units, segments, sc
         u = unit // segments
         segment = unit - u * segments
         kind, in_row, out_row, s = locate(
-            plan, run, u, form, scale_rows, s_seg, s_rows, s_unit, slots
+            routing, u, form, scale_rows, s_seg, s_rows, s_unit, slots
         )
     return kind, in_row, out_row, s, segment
 
@@ -799,6 +799,16 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_warp, s_mu
     # scale rows'), from the device counts after it
     experts = cutlass.Int32(1)
     units = capacity * segments
+    # the routing's words (the host's, like the plan's) before the wait: after it each
+    # would be loaded again, and the counts' load would wait for its pointer's (two
+    # global latencies before a masked slot's check, H100, session 30)
+    routing = (
+        cutlass.Int32(plan[Q_EXPERTS]),
+        capacity,
+        cutlass.Int32(plan[Q_EXPERT_SCALE_ROWS]),
+        run_int32s(run, R_ROUTING, MAX_EXPERTS + 1),
+        run[R_INDEX],
+    )
     # the multiplier table's divisors and their reciprocals need no g: before the wait
     table_rows = range(0, 256, THREADS)
     decoded = [reciprocal(tidx + row) for row in table_rows]
@@ -806,18 +816,18 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_warp, s_mu
     # described from the plan before the wait; a slot past its expert's count is skipped
     slots = cutlass.Int32(0)
     if cutlass.const_expr(form == FORM_MASKED):
-        if cutlass.Int32(plan[Q_EXPERTS]) * capacity * segments <= step:
+        if routing[0] * capacity * segments <= step:
             slots = cutlass.Int32(1)
     if cutlass.const_expr(form != FORM_PLAIN):
         if slots == 0:
             cute.arch.griddepcontrol_wait()
-            expert_segments(plan, run, form, *tables, s_warp, tidx)
-            experts = cutlass.Int32(plan[Q_EXPERTS])
+            expert_segments(routing, form, *tables, s_warp, tidx)
+            experts = routing[0]
             units = cutlass.min(tables[2][experts] * segments, scale_units)
         else:
-            experts = cutlass.Int32(plan[Q_EXPERTS])
+            experts = routing[0]
             units = experts * capacity * segments
-    k0, i0, o0, s0, e0 = describe_batch(0, warp_index, step, plan, run, units, segments,
+    k0, i0, o0, s0, e0 = describe_batch(0, warp_index, step, routing, units, segments,
                                         scale_rows, form, *tables, lane, slots)  # fmt: skip
     if cutlass.const_expr(form == FORM_PLAIN):
         cute.arch.griddepcontrol_wait()
@@ -832,9 +842,8 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_warp, s_mu
     slot_count = cutlass.Int32(0)
     if cutlass.const_expr(form == FORM_MASKED):
         if slots != 0:  # round 0's slot's count (the only round), for its check
-            counts = run_int32s(run, R_ROUTING, MAX_EXPERTS + 1)
             _first, slot_count = expert_rows(
-                units_ahead[F_OUT_ROW] // capacity, counts, routing_layout(form), capacity
+                units_ahead[F_OUT_ROW] // capacity, routing[3], routing_layout(form), capacity
             )
     # while those copies fly: the multiplier g / sf of every scale byte, once per CTA (a
     # block looks its one up instead of dividing), from the reciprocals
@@ -859,7 +868,7 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_warp, s_mu
     for r in cutlass.range(0, (units + step - 1) // step, 1, unroll=1):
         ahead = r + AHEAD  # the round whose copy starts now
         if ahead - batch_first == 32:
-            k0, i0, o0, s0, e0 = describe_batch(ahead, warp_index, step, plan, run, units,
+            k0, i0, o0, s0, e0 = describe_batch(ahead, warp_index, step, routing, units,
                                                 segments, scale_rows, form, *tables,
                                                 lane, slots)  # fmt: skip
             batch_first = ahead
