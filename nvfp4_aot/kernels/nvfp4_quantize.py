@@ -96,12 +96,15 @@ the kernel before it still runs, reads only the plan and run words (the host's, 
 before the launch) until ``griddepcontrol.wait``, and lets the kernel after it launch at
 once, so a run's launch and prologue overlap the tail of the kernel before it (session
 19: 0.3-0.4 µs a run at T = 1024 on the H200, docs/h200/session19/README.md). All that
-needs only those words comes before the wait: the plan words' loads, the mbarriers, the
-multiplier table's reciprocals and a plain run's first unit descriptions (their integer
-divisions); after it the global scale's load is issued and the first copies start at
-once, without the proxy fence (their stages have not been read; the fence's MEMBAR would
-wait for that load). A warp's first copy then starts ~0.24 µs after the wait instead of
-~0.86 (session 20's per-warp timeline: 0.1-0.4 µs a run, docs/h200/session20/README.md).
+needs only those words comes before the wait: the plan words' loads, the routing's run
+words (the counts' and the index's pointers: read after the wait, the counts' load had to
+wait for its pointer's load, 0.2-0.3 µs of every MoE decode run on the H100, session 30),
+the mbarriers, the multiplier table's reciprocals and a plain or masked slot run's first
+unit descriptions (their integer divisions); after it the global scale's load is issued
+and the first copies start at once, without the proxy fence (their stages have not been
+read; the fence's MEMBAR would wait for that load). A warp's first copy then starts ~0.24
+µs after the wait instead of ~0.86 (session 20's per-warp timeline: 0.1-0.4 µs a run,
+docs/h200/session20/README.md).
 """
 
 import cutlass
