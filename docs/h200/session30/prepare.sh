@@ -1,25 +1,34 @@
 #!/usr/bin/env bash
-# Session 30 call B's inputs in scratch/ (run from the repository root on the CPU machine,
-# its .venv with the DSL; ~1 minute): scratch/tree (main's tracked files but docs/),
-# scratch/mslots (main's quantizer, the comparison's base), and main's kernel with
-# make_variants.py's edits baked for sm_90a: scratch/padguard, scratch/mslots2,
-# scratch/both (the two together); scratch/plainaligned and scratch/qcompare.py from
-# session 28's prepare step.
+# Session 30's inputs in scratch/ (run from the repository root on the CPU machine, its
+# .venv with the DSL; ~1 minute): scratch/qcompare.py as session 28 made it;
+# scratch/plainaligned (session 28's); scratch/tree (33657d4's tracked files but docs/)
+# and scratch/mslots (its quantizer: call B's base); make_variants.py's edits baked for
+# sm_90a into scratch/NAME: call B's padguard, mslots2 and both on 33657d4, call E's
+# nocount, densesf and probes on 1f05dce. Call F's hoist is 8b40772's own cubin.
 set -euo pipefail
 REPO=$PWD
 [ -d scratch/plainaligned ] || bash docs/h200/session28/callC/prepare_callC.sh
 rm -rf scratch/tree scratch/mslots && mkdir -p scratch/tree scratch/mslots
-git archive HEAD | tar -x -C scratch/tree --exclude=docs
-cp artifacts/manifest.json artifacts/nvfp4_quantize.sm_90a.g1.cubin scratch/mslots/
-for variant in padguard mslots2 both; do
-  edits=$variant; [ "$variant" = both ] && edits="padguard mslots2"
-  WORK=$(mktemp -d)
-  git worktree add -q --detach "$WORK" HEAD
-  mkdir -p "$WORK/scratch" "scratch/$variant"
-  cp docs/h200/session19/bake_one.py "$WORK/scratch/"
-  (cd "$WORK" && python3 "$REPO/docs/h200/session30/make_variants.py" $edits)
-  cp artifacts/manifest.json "scratch/$variant/"
-  (cd "$WORK" && CUTE_DSL_ARCH=sm_90a "$REPO/.venv/bin/python" scratch/bake_one.py sm_90a "$REPO/scratch/$variant")
-  git worktree remove --force "$WORK"
+git archive 33657d4 | tar -x -C scratch/tree --exclude=docs
+for file in manifest.json nvfp4_quantize.sm_90a.g1.cubin; do
+  git show "33657d4:artifacts/$file" > "scratch/mslots/$file"
 done
-echo "scratch/ ready for docs/h200/session30/callB/callB.sh"
+bake() {  # bake REV NAME EDIT...: make_variants.py's EDITs on REV's kernel -> scratch/NAME
+  local rev=$1 name=$2 work
+  shift 2
+  work=$(mktemp -d)
+  git worktree add -q --detach "$work" "$rev"
+  mkdir -p "$work/scratch" "scratch/$name"
+  cp docs/h200/session19/bake_one.py "$work/scratch/"
+  (cd "$work" && python3 "$REPO/docs/h200/session30/make_variants.py" "$@")
+  git show "$rev:artifacts/manifest.json" > "scratch/$name/manifest.json"
+  (cd "$work" && CUTE_DSL_ARCH=sm_90a "$REPO/.venv/bin/python" scratch/bake_one.py sm_90a "$REPO/scratch/$name")
+  git worktree remove --force "$work"
+}
+bake 33657d4 padguard padguard
+bake 33657d4 mslots2 mslots2
+bake 33657d4 both padguard mslots2
+bake 1f05dce nocount nocount
+bake 1f05dce densesf densesf
+bake 1f05dce probes nocount densesf
+echo "scratch/ ready for docs/h200/session30/callB, callD, callE"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Session 30 call E (`bash docs/h200/session30/prepare_probes.sh` first): main's quantizer
-# against the timing-only probes nocount, densesf and both (make_probes.py), 3 alternating
+# Session 30 call E (`bash docs/h200/session30/prepare.sh` first): main's quantizer (the
+# tree's artifacts, 1f05dce's then) against the timing-only probes nocount, densesf and
+# both (make_variants.py), 3 alternating
 # passes, main twice (main2: its own buffers, the control). Only the masked decode rows
 # are about the probes (their bytes differ there by design: DIFF).
 set -u
