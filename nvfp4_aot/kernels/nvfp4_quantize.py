@@ -805,13 +805,10 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_warp, s_mu
     # the routing's words (the host's, like the plan's) before the wait: after it each
     # would be loaded again, and the counts' load would wait for its pointer's (two
     # global latencies before a masked slot's check, H100, session 30)
-    routing = (
-        cutlass.Int32(plan[Q_EXPERTS]),
-        capacity,
-        cutlass.Int32(plan[Q_EXPERT_SCALE_ROWS]),
-        run_int32s(run, R_ROUTING, MAX_EXPERTS + 1),
-        run[R_INDEX],
-    )
+    plan_experts = cutlass.Int32(plan[Q_EXPERTS])
+    counts = run_int32s(run, R_ROUTING, MAX_EXPERTS + 1)
+    per_expert = cutlass.Int32(plan[Q_EXPERT_SCALE_ROWS])
+    routing = (plan_experts, capacity, per_expert, counts, run[R_INDEX])
     # the multiplier table's divisors and their reciprocals need no g: before the wait
     table_rows = range(0, 256, THREADS)
     decoded = [reciprocal(tidx + row) for row in table_rows]
@@ -819,16 +816,15 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_warp, s_mu
     # described from the plan before the wait; a slot past its expert's count is skipped
     slots = cutlass.Int32(0)
     if cutlass.const_expr(form == FORM_MASKED):
-        if routing[0] * capacity * segments <= step:
+        if plan_experts * capacity * segments <= step:
             slots = cutlass.Int32(1)
     if cutlass.const_expr(form != FORM_PLAIN):
+        experts = plan_experts
         if slots == 0:
             cute.arch.griddepcontrol_wait()
             expert_segments(routing, form, *tables, s_warp, tidx)
-            experts = routing[0]
             units = cutlass.min(tables[2][experts] * segments, scale_units)
         else:
-            experts = routing[0]
             units = experts * capacity * segments
     k0, i0, o0, s0, e0 = describe_batch(0, warp_index, step, routing, units, segments,
                                         scale_rows, form, *tables, lane, slots)  # fmt: skip
@@ -846,7 +842,7 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_warp, s_mu
     if cutlass.const_expr(form == FORM_MASKED):
         if slots != 0:  # round 0's slot's count (the only round), for its check
             _first, slot_count = expert_rows(
-                units_ahead[F_OUT_ROW] // capacity, routing[3], routing_layout(form), capacity
+                units_ahead[F_OUT_ROW] // capacity, counts, routing_layout(form), capacity
             )
     # while those copies fly: the multiplier g / sf of every scale byte, once per CTA (a
     # block looks its one up instead of dividing), from the reciprocals
@@ -857,11 +853,13 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_warp, s_mu
         else:  # 0, subnormal, huge or non-finite g (the same branch for the whole grid)
             s_mult[tidx + row] = multiplier(g_bits, divisor)
     cute.arch.barrier()
-    if cutlass.const_expr(form == FORM_CONTIGUOUS):
-        zero_padding(form, experts, capacity, col_tiles, scale_rows // SF_ROWS, scales, tables[0],
-                     tables[1], warp_index, step, lane)  # fmt: skip
+    # the padding scale rows: masked none (module docstring); plain none when T is a
+    # multiple of 128, and then the loop is skipped (its presence cost time)
+    padded = cutlass.Int32(1)
     if cutlass.const_expr(form == FORM_PLAIN):
-        if (capacity & (SF_ROWS - 1)) != 0:  # else no padding rows: skip the loop
+        padded = capacity & (SF_ROWS - 1)
+    if cutlass.const_expr(form != FORM_MASKED):
+        if padded != 0:
             zero_padding(form, experts, capacity, col_tiles, scale_rows // SF_ROWS, scales,
                          tables[0], tables[1], warp_index, step, lane)  # fmt: skip
     batch_first = cutlass.Int32(0)  # the round lane 0's description is of
