@@ -838,12 +838,13 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_warp, s_mu
         take(units_ahead, d, (k0, i0, o0, s0, e0), d)
         start_copy(units_ahead, d, stage0 + d * STAGE_BYTES, full0 + 8 * d, x, row_stride,
                    input_rows, blocks, unit_blocks, lane, False)  # fmt: skip
+    slot_m = cutlass.Int32(0)  # round 0's slot (e, m) (the only round) and e's count
     slot_count = cutlass.Int32(0)
     if cutlass.const_expr(form == FORM_MASKED):
-        if slots != 0:  # round 0's slot's count (the only round), for its check
-            _first, slot_count = expert_rows(
-                units_ahead[F_OUT_ROW] // capacity, counts, routing_layout(form), capacity
-            )
+        if slots != 0:
+            slot_expert = units_ahead[F_OUT_ROW] // capacity
+            slot_m = units_ahead[F_OUT_ROW] - slot_expert * capacity
+            _first, slot_count = expert_rows(slot_expert, counts, routing_layout(form), capacity)
     # while those copies fly: the multiplier g / sf of every scale byte, once per CTA (a
     # block looks its one up instead of dividing), from the reciprocals
     g_exponent = (g_bits >> 23) & 255
@@ -882,9 +883,7 @@ def quantize_units(plan, run, form: cutlass.Constexpr[int], tables, s_warp, s_mu
         mbar_wait(full0 + 8 * consume, parity)
         if cutlass.const_expr(form == FORM_MASKED):
             if slots != 0:  # a slot past its expert's (clamped) count: no token row
-                slot_row = units_ahead[F_OUT_ROW]
-                slot_expert = slot_row // capacity
-                if slot_row - slot_expert * capacity >= slot_count:
+                if slot_m >= slot_count:
                     units_ahead[F_KIND] = cutlass.Int32(ROW_NONE)
         quantize_unit(units_ahead, stage0 + consume * STAGE_BYTES, fp16, g_bits, s_mult, out,
                       out_row_bytes, scales, col_tiles, lane, blocks, blocks_padded,
