@@ -27,6 +27,11 @@ For each shape (T rows of k BF16 or FP16 elements; plain form unless noted):
   = torch       "=" when ours wrote the same bytes as the torch version, else "DIFF" (a
                 DIFF here with "=" ref is torch's rounding, not ours)
 
+Ours and the two copies are timed in PASSES alternating passes and each figure is the
+median of its passes' medians, so that a transient slowdown (a clock change, another
+process) moves one pass, not a row's verdict (session 31: one pass had the copy of
+1024 x 2048's bytes at 11.9 µs, four times its usual time).
+
 MoE rows time the contiguous form (tokens * top_k routed rows read through an index,
 uniform routing; T = 1, 16 and 64 are decode steps) and the masked form (max_m rows per
 expert, every expert full; max_m = 8 a decode step, also with the 8 or 128 rows of one
@@ -64,6 +69,7 @@ from nvfp4_aot.quantize_routing import row_map  # noqa: E402
 from nvfp4_aot.quantizer import QuantizePlan  # noqa: E402
 
 TARGET = 0.70
+PASSES = 3
 SHAPES = [(1, 4096), (16, 4096), (128, 4096), (1024, 2048), (1024, 4096), (1024, 7168),
           (4096, 2048), (4096, 4096), (4096, 7168), (16384, 2048), (16384, 4096),
           (16384, 7168), (1024, 2080)]  # fmt: skip
@@ -126,7 +132,8 @@ def bench_plain(rows, k, dtype, copy_bw, repeats, device) -> dict:
         def ours(_):
             plan.run(*pointers, stream=torch.cuda.current_stream().cuda_stream)
 
-        graph_ms = statistics.median(time_graph_relaxed(ours, repeats))
+        moved = rows * k * 2 + rows * k // 2 + plan.scale_bytes
+        timed = replay_passes(ours, moved, repeats, device)
         eager_ms = statistics.median(time_events(ours, [None], repeats))
         torch.cuda.synchronize()
         sf_index = blocked_index(rows, k // 16, device).reshape(-1)
@@ -136,9 +143,8 @@ def bench_plain(rows, k, dtype, copy_bw, repeats, device) -> dict:
         torch_ms = statistics.median(
             time_graph(lambda _: torch_quantize(x, g, sf_index, plan.scale_bytes), [None], repeats)
         )
-    moved = rows * k * 2 + rows * k // 2 + plan.scale_bytes
-    return _row(f"{rows}x{k} {dtype}", moved, copy_bw, graph_ms, eager_ms, torch_ms, same_ref,
-                same_torch, rows, repeats, device)  # fmt: skip
+    return _row(f"{rows}x{k} {dtype}", moved, copy_bw, timed, eager_ms, torch_ms, same_ref,
+                same_torch, rows)  # fmt: skip
 
 
 def matches_reference(x, g, out, scales, dtype) -> bool:
@@ -192,16 +198,15 @@ def bench_moe(form, experts, tokens, k, copy_bw, repeats, device, top_k=8, route
         def ours(_):
             plan.run(**pointers, stream=torch.cuda.current_stream().cuda_stream)
 
-        graph_ms = statistics.median(time_graph_relaxed(ours, repeats))
-        eager_ms = statistics.median(time_events(ours, [None], repeats))
         # the scale rows this routing writes (contiguous: padded to 128 an expert)
         written = row_map(plan.problem, routing.cpu().numpy()).scale_rows.size
-    moved = routed * k * 2 + routed * k // 2 + written * plan.problem.blocks_padded + extra
+        moved = routed * k * 2 + routed * k // 2 + written * plan.problem.blocks_padded + extra
+        timed = replay_passes(ours, moved, repeats, device)
+        eager_ms = statistics.median(time_events(ours, [None], repeats))
     label = f"{form} E={experts} {'T' if form == 'contiguous' else 'max_m'}={tokens} k={k}"
     if form == "masked" and routed < experts * tokens:
         label += f" ({routed} rows)"
-    return _row(label, moved, copy_bw, graph_ms, eager_ms, None, None, None, routed, repeats,
-                device)  # fmt: skip
+    return _row(label, moved, copy_bw, timed, eager_ms, None, None, None, routed)
 
 
 def masked_counts(experts: int, max_m: int, routed: int | None) -> torch.Tensor:
@@ -215,11 +220,27 @@ def masked_counts(experts: int, max_m: int, routed: int | None) -> torch.Tensor:
     return torch.bincount(slots[:routed] // max_m, minlength=experts)
 
 
-def _row(label, moved, copy_bw, graph_ms, eager_ms, torch_ms, same_ref, same_torch, rows,
-         repeats, device):  # fmt: skip
+def replay_passes(ours, moved: int, repeats: int, device) -> dict[str, list[float]]:
+    """Per-pass median ms of graph replays of ``ours`` and of the two copies of ``moved``
+    bytes (plain and PDL launches), in PASSES passes alternating the three."""
+    copy, copy_pdl = same_bytes_copy(moved, device), same_bytes_copy_pdl(moved, device)
+    timers = {
+        "ours": lambda: time_graph_relaxed(ours, repeats),
+        "copy": lambda: time_graph(copy, [None], repeats),
+        "copy_pdl": lambda: time_graph(copy_pdl, [None], repeats),
+    }
+    passes = {name: [] for name in timers}
+    for _ in range(PASSES):
+        for name, timer in timers.items():
+            passes[name].append(statistics.median(timer()))
+    return passes
+
+
+def _row(label, moved, copy_bw, timed, eager_ms, torch_ms, same_ref, same_torch, rows):
     floor_ms = moved / copy_bw * 1e3
-    copy_ms = statistics.median(time_graph(same_bytes_copy(moved, device), [None], repeats))
-    copy_pdl_ms = statistics.median(time_graph(same_bytes_copy_pdl(moved, device), [None], repeats))
+    graph_ms, copy_ms, copy_pdl_ms = (
+        statistics.median(timed[name]) for name in ("ours", "copy", "copy_pdl")
+    )
     best_copy_ms = min(copy_ms, copy_pdl_ms)
     return {
         "shape": label,
@@ -233,6 +254,7 @@ def _row(label, moved, copy_bw, graph_ms, eager_ms, torch_ms, same_ref, same_tor
         "copy_pdl_us": copy_pdl_ms * 1e3,
         "copy_same_fraction": floor_ms / best_copy_ms,
         "best_copy_us": best_copy_ms * 1e3,
+        "passes_us": {name: [ms * 1e3 for ms in t] for name, t in timed.items()},
         "torch_graph_us": None if torch_ms is None else torch_ms * 1e3,
         "vs_torch": None if torch_ms is None else torch_ms / graph_ms,
         "equals_reference": same_ref,

@@ -71,3 +71,34 @@ def test_masked_decode_routings_deal_their_rows_within_max_m():
     assert int((bench_quantize.masked_counts(128, 8, 8) > 0).sum()) > 1
     with pytest.raises(ValueError, match="1025 rows do not fit 128 experts of 8"):
         bench_quantize.masked_counts(128, 8, 1025)
+
+
+def test_one_slow_pass_does_not_decide_a_rows_figures(monkeypatch):
+    """replay_passes alternates ours and the two copies pass by pass; _row takes the
+    median of the passes' medians, so a transient slowdown in one pass (session 31: a
+    copy at four times its usual time) moves no figure and no verdict."""
+    order = []
+    samples = {"ours": iter([[3.8e-3] * 5, [3.7e-3] * 5, [3.9e-3] * 5]),
+               "copy": iter([[2.6e-3] * 5, [11.9e-3] * 5, [2.7e-3] * 5]),
+               "copy_pdl": iter([[2.5e-3] * 5, [4.9e-3] * 5, [2.4e-3] * 5])}  # fmt: skip
+
+    def timed(name):
+        order.append(name)
+        return next(samples[name])
+
+    monkeypatch.setattr(bench_quantize, "same_bytes_copy", lambda moved, device: "copy")
+    monkeypatch.setattr(bench_quantize, "same_bytes_copy_pdl", lambda moved, device: "copy_pdl")
+    monkeypatch.setattr(bench_quantize, "time_graph_relaxed", lambda fn, repeats: timed("ours"))
+    monkeypatch.setattr(bench_quantize, "time_graph", lambda fn, sets, repeats: timed(fn))
+    passes = bench_quantize.replay_passes(lambda _: None, 1 << 20, 100, None)
+    assert order == ["ours", "copy", "copy_pdl"] * bench_quantize.PASSES
+    moved = 10_000_000
+    r = bench_quantize._row(
+        "1024x4096 bfloat16", moved, 4.0e12, passes, 1.0, None, None, None, 1024
+    )
+    assert r["ours_graph_us"] == pytest.approx(3.8)
+    assert r["copy_same_us"] == pytest.approx(2.7)
+    assert r["copy_pdl_us"] == pytest.approx(2.5)
+    assert r["copy_fraction"] == pytest.approx(2.5 / 3.8)
+    assert r["copy_same_fraction"] == pytest.approx(1.0)
+    assert r["passes_us"]["copy"] == pytest.approx([2.6, 11.9, 2.7])
