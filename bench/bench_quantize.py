@@ -30,7 +30,14 @@ For each shape (T rows of k BF16 or FP16 elements; plain form unless noted):
 Ours and the two copies are timed in PASSES alternating passes and each figure is the
 median of its passes' medians, so that a transient slowdown (a clock change, another
 process) moves one pass, not a row's verdict (session 31: one pass had the copy of
-1024 x 2048's bytes at 11.9 µs, four times its usual time).
+1024 x 2048's bytes at 11.9 µs, four times its usual time). A pass times each of three
+buffer sets (ours: inputs, codes and scales; each copy: its source and destination) in a
+graph of its own and takes the median over the sets, since where a buffer lies moves one
+kernel's time by up to 2 % at the 1,024-row sizes (session 31 call B: one cubin, 3.81 and
+3.73 µs at 1024 x 4096 on two buffer sets, five passes each). A graph replays one set, as
+a layer quantizes the activations just written: graphs cycling through the sets made
+rows of 17-55 MB three times their size in flight and slower than the L2 holds them
+(1024 x 7168 5.4 -> 8.8 µs, H100, session 31 call D). Ours is checked on every set.
 
 MoE rows time the contiguous form (tokens * top_k routed rows read through an index,
 uniform routing; T = 1, 16 and 64 are decode steps) and the masked form (max_m rows per
@@ -70,6 +77,8 @@ from nvfp4_aot.quantizer import QuantizePlan  # noqa: E402
 
 TARGET = 0.70
 PASSES = 3
+SETS = range(3)  # buffer sets (fresh random inputs each), each timed in graphs of its own
+PER_GRAPH = 10  # runs a timed graph holds
 SHAPES = [(1, 4096), (16, 4096), (128, 4096), (1024, 2048), (1024, 4096), (1024, 7168),
           (4096, 2048), (4096, 4096), (4096, 7168), (16384, 2048), (16384, 4096),
           (16384, 7168), (1024, 2080)]  # fmt: skip
@@ -121,27 +130,32 @@ def time_graph_relaxed(fn, repeats: int, per_graph: int = 10) -> list[float]:
 
 def bench_plain(rows, k, dtype, copy_bw, repeats, device) -> dict:
     torch_dtype = TORCH_DTYPES[dtype]
-    x = (torch.randn(rows, k, device=device) * 4).to(torch_dtype)
+    xs = [(torch.randn(rows, k, device=device) * 4).to(torch_dtype) for _ in SETS]
     g = torch.tensor([448.0 * 6 / 16], dtype=torch.float32, device=device)
-    out = torch.empty(rows, k // 2, dtype=torch.uint8, device=device)
+    outs = [torch.empty(rows, k // 2, dtype=torch.uint8, device=device) for _ in SETS]
     with QuantizePlan(k, rows=rows, dtype=dtype, device=device.index or 0,
-                      capture_slots=32) as plan:  # fmt: skip
-        scales = torch.empty(plan.scale_bytes, dtype=torch.uint8, device=device)
-        pointers = (x.data_ptr(), out.data_ptr(), scales.data_ptr(), g.data_ptr())
+                      capture_slots=PASSES * len(SETS) * PER_GRAPH) as plan:  # fmt: skip
+        scales = [torch.empty(plan.scale_bytes, dtype=torch.uint8, device=device) for _ in SETS]
+        pointers = [(xs[i].data_ptr(), outs[i].data_ptr(), scales[i].data_ptr(), g.data_ptr())
+                    for i in SETS]  # fmt: skip
 
-        def ours(_):
-            plan.run(*pointers, stream=torch.cuda.current_stream().cuda_stream)
+        def ours(i):
+            plan.run(*pointers[i], stream=torch.cuda.current_stream().cuda_stream)
 
         moved = rows * k * 2 + rows * k // 2 + plan.scale_bytes
         timed = replay_passes(ours, moved, repeats, device)
-        eager_ms = statistics.median(time_events(ours, [None], repeats))
+        eager_ms = per_set_median(lambda i: time_events(lambda _: ours(i), [None], repeats))
         torch.cuda.synchronize()
         sf_index = blocked_index(rows, k // 16, device).reshape(-1)
-        ref_packed, ref_scales = torch_quantize(x, g, sf_index, plan.scale_bytes)
-        same_torch = torch.equal(out, ref_packed) and torch.equal(scales, ref_scales)
-        same_ref = matches_reference(x, g, out, scales, dtype)
-        torch_ms = statistics.median(
-            time_graph(lambda _: torch_quantize(x, g, sf_index, plan.scale_bytes), [None], repeats)
+        same_torch = same_ref = True
+        for x, out, sc in zip(xs, outs, scales):
+            ref_packed, ref_scales = torch_quantize(x, g, sf_index, plan.scale_bytes)
+            same_torch &= torch.equal(out, ref_packed) and torch.equal(sc, ref_scales)
+            same_ref &= matches_reference(x, g, out, sc, dtype)
+        torch_ms = per_set_median(
+            lambda i: time_graph(
+                lambda _: torch_quantize(xs[i], g, sf_index, plan.scale_bytes), [None], repeats
+            )
         )
     return _row(f"{rows}x{k} {dtype}", moved, copy_bw, timed, eager_ms, torch_ms, same_ref,
                 same_torch, rows)  # fmt: skip
@@ -166,8 +180,8 @@ def matches_reference(x, g, out, scales, dtype) -> bool:
 def bench_moe(form, experts, tokens, k, copy_bw, repeats, device, top_k=8, routed=None) -> dict:
     """Contiguous: tokens * top_k routed rows read through an index; masked: every expert
     full (max_m rows), or ``routed`` rows at random over the experts (<= max_m each)."""
-    x = (torch.randn(tokens if form == "contiguous" else experts * tokens, k, device=device)
-         * 4).to(torch.bfloat16)  # fmt: skip
+    input_rows = tokens if form == "contiguous" else experts * tokens
+    xs = [(torch.randn(input_rows, k, device=device) * 4).to(torch.bfloat16) for _ in SETS]
     g = torch.tensor([1.0], dtype=torch.float32, device=device)
     if form == "contiguous":
         capacity = tokens * top_k
@@ -188,21 +202,22 @@ def bench_moe(form, experts, tokens, k, copy_bw, repeats, device, top_k=8, route
     routing = routing.to(device)
     index = index.to(device) if index is not None else None
     with QuantizePlan(k, form=form, dtype="bfloat16", device=device.index or 0,
-                      capture_slots=32, **kwargs) as plan:  # fmt: skip
-        out = torch.empty(plan.out_shape, dtype=torch.uint8, device=device)
-        scales = torch.empty(plan.scale_bytes, dtype=torch.uint8, device=device)
-        pointers = dict(x=x.data_ptr(), out=out.data_ptr(), scales=scales.data_ptr(),
-                        global_scale=g.data_ptr(), routing=routing.data_ptr(),
-                        index=None if index is None else index.data_ptr())  # fmt: skip
+                      capture_slots=PASSES * len(SETS) * PER_GRAPH, **kwargs) as plan:  # fmt: skip
+        outs = [torch.empty(plan.out_shape, dtype=torch.uint8, device=device) for _ in SETS]
+        scales = [torch.empty(plan.scale_bytes, dtype=torch.uint8, device=device) for _ in SETS]
+        pointers = [dict(x=xs[i].data_ptr(), out=outs[i].data_ptr(), scales=scales[i].data_ptr(),
+                         global_scale=g.data_ptr(), routing=routing.data_ptr(),
+                         index=None if index is None else index.data_ptr())
+                    for i in SETS]  # fmt: skip
 
-        def ours(_):
-            plan.run(**pointers, stream=torch.cuda.current_stream().cuda_stream)
+        def ours(i):
+            plan.run(**pointers[i], stream=torch.cuda.current_stream().cuda_stream)
 
         # the scale rows this routing writes (contiguous: padded to 128 an expert)
         written = row_map(plan.problem, routing.cpu().numpy()).scale_rows.size
         moved = routed * k * 2 + routed * k // 2 + written * plan.problem.blocks_padded + extra
         timed = replay_passes(ours, moved, repeats, device)
-        eager_ms = statistics.median(time_events(ours, [None], repeats))
+        eager_ms = per_set_median(lambda i: time_events(lambda _: ours(i), [None], repeats))
     label = f"{form} E={experts} {'T' if form == 'contiguous' else 'max_m'}={tokens} k={k}"
     if form == "masked" and routed < experts * tokens:
         label += f" ({routed} rows)"
@@ -221,19 +236,27 @@ def masked_counts(experts: int, max_m: int, routed: int | None) -> torch.Tensor:
 
 
 def replay_passes(ours, moved: int, repeats: int, device) -> dict[str, list[float]]:
-    """Per-pass median ms of graph replays of ``ours`` and of the two copies of ``moved``
-    bytes (plain and PDL launches), in PASSES passes alternating the three."""
-    copy, copy_pdl = same_bytes_copy(moved, device), same_bytes_copy_pdl(moved, device)
+    """Per-pass ms of graph replays of ``ours(i)`` (buffer set i) and of the two copies
+    of ``moved`` bytes (plain and PDL launches, a copy a set), in PASSES passes
+    alternating the three: a pass's figure is the median over the sets of the median
+    replay of each set's own graph."""
+    copies = [same_bytes_copy(moved, device) for _ in SETS]
+    copies_pdl = [same_bytes_copy_pdl(moved, device) for _ in SETS]
     timers = {
-        "ours": lambda: time_graph_relaxed(ours, repeats),
-        "copy": lambda: time_graph(copy, [None], repeats),
-        "copy_pdl": lambda: time_graph(copy_pdl, [None], repeats),
+        "ours": lambda i: time_graph_relaxed(lambda _: ours(i), repeats, PER_GRAPH),
+        "copy": lambda i: time_graph(copies[i], [None], repeats, PER_GRAPH),
+        "copy_pdl": lambda i: time_graph(copies_pdl[i], [None], repeats, PER_GRAPH),
     }
     passes = {name: [] for name in timers}
     for _ in range(PASSES):
         for name, timer in timers.items():
-            passes[name].append(statistics.median(timer()))
+            passes[name].append(per_set_median(timer))
     return passes
+
+
+def per_set_median(timed) -> float:
+    """The median over the buffer sets of the median of ``timed(i)``'s samples."""
+    return statistics.median(statistics.median(timed(i)) for i in SETS)
 
 
 def _row(label, moved, copy_bw, timed, eager_ms, torch_ms, same_ref, same_torch, rows):
