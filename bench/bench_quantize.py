@@ -79,6 +79,7 @@ TARGET = 0.70
 PASSES = 3
 SETS = range(3)  # buffer sets (fresh random inputs each), each timed in graphs of its own
 PER_GRAPH = 10  # runs a timed graph holds
+CAPTURED_RUNS = PASSES * len(SETS) * PER_GRAPH  # replay_passes' captures of ours: a plan's slots
 SHAPES = [(1, 4096), (16, 4096), (128, 4096), (1024, 2048), (1024, 4096), (1024, 7168),
           (4096, 2048), (4096, 4096), (4096, 7168), (16384, 2048), (16384, 4096),
           (16384, 7168), (1024, 2080)]  # fmt: skip
@@ -134,7 +135,7 @@ def bench_plain(rows, k, dtype, copy_bw, repeats, device) -> dict:
     g = torch.tensor([448.0 * 6 / 16], dtype=torch.float32, device=device)
     outs = [torch.empty(rows, k // 2, dtype=torch.uint8, device=device) for _ in SETS]
     with QuantizePlan(k, rows=rows, dtype=dtype, device=device.index or 0,
-                      capture_slots=PASSES * len(SETS) * PER_GRAPH) as plan:  # fmt: skip
+                      capture_slots=CAPTURED_RUNS) as plan:  # fmt: skip
         scales = [torch.empty(plan.scale_bytes, dtype=torch.uint8, device=device) for _ in SETS]
         pointers = [(xs[i].data_ptr(), outs[i].data_ptr(), scales[i].data_ptr(), g.data_ptr())
                     for i in SETS]  # fmt: skip
@@ -202,7 +203,7 @@ def bench_moe(form, experts, tokens, k, copy_bw, repeats, device, top_k=8, route
     routing = routing.to(device)
     index = index.to(device) if index is not None else None
     with QuantizePlan(k, form=form, dtype="bfloat16", device=device.index or 0,
-                      capture_slots=PASSES * len(SETS) * PER_GRAPH, **kwargs) as plan:  # fmt: skip
+                      capture_slots=CAPTURED_RUNS, **kwargs) as plan:  # fmt: skip
         outs = [torch.empty(plan.out_shape, dtype=torch.uint8, device=device) for _ in SETS]
         scales = [torch.empty(plan.scale_bytes, dtype=torch.uint8, device=device) for _ in SETS]
         pointers = [dict(x=xs[i].data_ptr(), out=outs[i].data_ptr(), scales=scales[i].data_ptr(),
