@@ -88,15 +88,18 @@ def time_events(fn, sets, repeats: int, per_batch: int = 10) -> list[float]:
     return [a.elapsed_time(b) / per_batch for a, b in zip(starts, ends)]
 
 
-def time_graph(fn, sets, repeats: int, per_graph: int = 10) -> list[float]:
+def time_graph(
+    fn, sets, repeats: int, per_graph: int = 10, capture_error_mode: str = "global"
+) -> list[float]:
     """Per-call milliseconds of ``fn`` replayed from a CUDA graph of ``per_graph`` calls
     (cycling through the input sets): the GPU time with no host launch overhead at all,
-    for baselines whose host path is slower than their kernels."""
+    for baselines whose host path is slower than their kernels. ``capture_error_mode``
+    is torch.cuda.graph's."""
     for s in sets:
         fn(s)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, capture_error_mode=capture_error_mode):
         for i in range(per_graph):
             fn(sets[i % len(sets)])
     per_replay = time_events(lambda _: graph.replay(), [None], repeats // per_graph, per_batch=1)

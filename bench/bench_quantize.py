@@ -116,14 +116,7 @@ def torch_quantize(x: torch.Tensor, g: torch.Tensor, sf_index: torch.Tensor, sf_
 def time_graph_relaxed(fn, repeats: int, per_graph: int = 10) -> list[float]:
     """bench_common.time_graph for our runs: captured in relaxed mode, as
     bench_moe.py and the GPU tests capture plans (an application capturing a plan)."""
-    fn(None)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode="relaxed"):
-        for _ in range(per_graph):
-            fn(None)
-    per_replay = time_events(lambda _: graph.replay(), [None], repeats // per_graph, per_batch=1)
-    return [ms / per_graph for ms in per_replay]
+    return time_graph(fn, [None], repeats, per_graph, capture_error_mode="relaxed")
 
 
 # one shape ------------------------------------------------------------------------------------
