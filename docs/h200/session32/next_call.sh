@@ -20,8 +20,8 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
 fi
 timeout 240 python3 scratch/qcompare.py --passes 3 --json "$OUT/compare.json" \
   base=scratch/base o100=scratch/o100 o200=scratch/o200 o400=scratch/o400 o800=scratch/o800 \
-  y200=scratch/y200 base2=scratch/base o2002=scratch/o200 o4002=scratch/o400 > "$OUT/compare.txt" 2>&1
+  y200=scratch/y200 otab=scratch/otab base2=scratch/base o2002=scratch/o200 o4002=scratch/o400 > "$OUT/compare.txt" 2>&1
 echo "compare exit $?"; cut -c1-330 "$OUT/compare.txt"; date -u
 timeout 200 python3 docs/h200/session32/after_kernel.py base=scratch/base o200=scratch/o200 \
-  o400=scratch/o400 o800=scratch/o800 y200=scratch/y200 > "$OUT/after_kernel.txt" 2>&1
+  o400=scratch/o400 o800=scratch/o800 y200=scratch/y200 otab=scratch/otab > "$OUT/after_kernel.txt" 2>&1
 echo "after kernel exit $?"; cut -c1-200 "$OUT/after_kernel.txt" | tail -n 8; date -u
