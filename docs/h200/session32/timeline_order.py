@@ -51,7 +51,8 @@ def same_scheduler_pairs(log: np.ndarray) -> None:
     groups = collections.defaultdict(list)
     for i, row in enumerate(log):
         groups[(row[0], row[CTA], row[WARP_ID] % SCHEDULERS)].append(i)
-    pairs = lower_first = data_first = against = lower_first_against = 0
+    pairs = lower_first = data_first = 0
+    ahead = {"higher": [0, 0], "lower": [0, 0]}  # whose data came > 100 cycles first: n, won
     for members in groups.values():
         for a, i in enumerate(members):
             for j in members[a + 1 :]:
@@ -60,15 +61,20 @@ def same_scheduler_pairs(log: np.ndarray) -> None:
                 pairs += 1
                 lower_first += log[lo, W["done"]] < log[hi, W["done"]]
                 data_first += log[early, W["done"]] < log[late, W["done"]]
-                if early == hi and log[lo, W["arrive"]] - log[hi, W["arrive"]] > 100:
-                    against += 1
-                    lower_first_against += log[lo, W["done"]] < log[hi, W["done"]]
+                if abs(log[lo, W["arrive"]] - log[hi, W["arrive"]]) > 100:
+                    tally = ahead["higher" if early == hi else "lower"]
+                    tally[0] += 1
+                    tally[1] += log[early, W["done"]] < log[late, W["done"]]
     print(
         f"  same-CTA same-scheduler pairs: {pairs}; the lower warp id finished first in "
         f"{lower_first} ({100 * lower_first / pairs:.0f} %), the earlier data in {data_first} "
-        f"({100 * data_first / pairs:.0f} %); of {against} pairs whose higher warp id got "
-        f"its data > 100 cycles first, the lower id finished first in {lower_first_against}"
+        f"({100 * data_first / pairs:.0f} %)"
     )
+    for who, (n, won) in ahead.items():
+        print(
+            f"    the {who} warp id's data > 100 cycles first: {n} pairs; it finished first "
+            f"in {won} ({100 * won / n:.0f} %)"
+        )
 
 
 def spans(log: np.ndarray) -> None:
