@@ -8,8 +8,9 @@ takes the first CTA slot of each SM, which the defer variants assume. After anot
 kernel the quantizer's CTAs are placed as that kernel's leave; this times graphs of
 PER_GRAPH pairs (x *= 1, a torch elementwise kernel that rewrites x with its own bytes;
 then one quantizer run) against graphs of PER_GRAPH x *= 1 alone, the difference per
-pair being the quantizer's time there. Alternating passes, each figure the median of
-the passes' medians; every variant's bytes are checked against the first variant's.
+pair being the quantizer's time there (bench_common.time_graph). Alternating passes,
+each figure the median of the passes' medians; every variant's bytes are checked
+against the first variant's.
 
     python3 docs/h200/session32/after_kernel.py base=scratch/base o200=scratch/o200 ...
 """
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_common import time_events  # noqa: E402
+from bench_common import time_graph  # noqa: E402
 
 from nvfp4_aot.quantizer import QuantizePlan  # noqa: E402
 
@@ -34,53 +35,43 @@ PER_GRAPH = 10
 REPEATS = 200
 
 
-def graph_of(body):
-    """A CUDA graph of PER_GRAPH calls of ``body`` (after one eager warm-up call)."""
-    body()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode="relaxed"):  # as our benchmarks capture plans
-        for _ in range(PER_GRAPH):
-            body()
-    return graph
-
-
-def per_call_us(graph) -> float:
-    per_replay = time_events(lambda _: graph.replay(), [None], REPEATS // PER_GRAPH, per_batch=1)
-    return statistics.median(per_replay) * 1000 / PER_GRAPH
+def replay_us(fn) -> float:
+    """µs a call of ``fn`` in a graph of PER_GRAPH calls, captured in relaxed mode as our
+    benchmarks capture plans (a graph of its own each pass, as bench_quantize's)."""
+    per_call = time_graph(fn, [None], REPEATS, PER_GRAPH, capture_error_mode="relaxed")
+    return statistics.median(per_call) * 1e3
 
 
 def main() -> int:
     variants = [arg.split("=", 1) for arg in sys.argv[1:]]
     device = torch.device("cuda", 0)
     g = torch.tensor([448.0 * 6 / 16], dtype=torch.float32, device=device)
-    cases = []  # (label, mul graph, {variant: pair graph}, {variant: (out, scales)})
+    stream = torch.cuda.current_stream().cuda_stream
+    cases = []  # (label, x *= 1, {variant: (pair, plan)}, {variant: (out, scales)})
     for rows, k in SHAPES:
         x = (torch.randn(rows, k, device=device) * 4).to(torch.bfloat16)
-        mul = graph_of(lambda x=x: x.mul_(1.0))
         pairs, results = {}, {}
         for name, artifacts in variants:
             plan = QuantizePlan(k, rows=rows, device=0, artifacts=artifacts,
-                                capture_slots=PER_GRAPH)  # fmt: skip
+                                capture_slots=PASSES * PER_GRAPH)  # fmt: skip
             out = torch.empty(rows, k // 2, dtype=torch.uint8, device=device)
             scales = torch.empty(plan.scale_bytes, dtype=torch.uint8, device=device)
-            stream = torch.cuda.current_stream().cuda_stream
 
-            def pair(plan=plan, x=x, out=out, scales=scales, stream=stream):
+            def pair(_, plan=plan, x=x, out=out, scales=scales):
                 x.mul_(1.0)
                 plan.run(x.data_ptr(), out.data_ptr(), scales.data_ptr(), g.data_ptr(),
                          stream=stream)  # fmt: skip
 
-            pairs[name] = (graph_of(pair), plan)
+            pairs[name] = (pair, plan)
             results[name] = (out, scales)
-        cases.append((f"{rows}x{k}", mul, pairs, results))
+        cases.append((f"{rows}x{k}", lambda _, x=x: x.mul_(1.0), pairs, results))
     times = {}  # (label, name) -> [us per pass]
     for _ in range(PASSES):
         for label, mul, pairs, _results in cases:
-            alone = per_call_us(mul)
+            alone = replay_us(mul)
             times.setdefault((label, "x*=1"), []).append(alone)
-            for name, (graph, _plan) in pairs.items():
-                times.setdefault((label, name), []).append(per_call_us(graph) - alone)
+            for name, (pair, _plan) in pairs.items():
+                times.setdefault((label, name), []).append(replay_us(pair) - alone)
     torch.cuda.synchronize()
     print(torch.cuda.get_device_name(0), f"{PASSES} passes, graphs of {PER_GRAPH} pairs")
     for label, _mul, pairs, results in cases:
@@ -92,7 +83,7 @@ def main() -> int:
             passes = times[(label, name)]
             cells.append(f"{name} {statistics.median(passes):5.2f}{'' if same else ' DIFF'}")
         print(f"{label:10s} " + "  ".join(cells))
-        for _graph, plan in pairs.values():
+        for _pair, plan in pairs.values():
             plan.close()
     return 0
 
