@@ -138,7 +138,7 @@ def bench_plain(rows, k, dtype, copy_bw, repeats, device) -> dict:
 
         moved = rows * k * 2 + rows * k // 2 + plan.scale_bytes
         timed = replay_passes(ours, moved, repeats, device)
-        eager_ms = per_set_median(lambda i: time_events(lambda _: ours(i), [None], repeats))
+        eager_ms = eager_median(ours, repeats)
         torch.cuda.synchronize()
         sf_index = blocked_index(rows, k // 16, device).reshape(-1)
         same_torch = same_ref = True
@@ -211,7 +211,7 @@ def bench_moe(form, experts, tokens, k, copy_bw, repeats, device, top_k=8, route
         written = row_map(plan.problem, routing.cpu().numpy()).scale_rows.size
         moved = routed * k * 2 + routed * k // 2 + written * plan.problem.blocks_padded + extra
         timed = replay_passes(ours, moved, repeats, device)
-        eager_ms = per_set_median(lambda i: time_events(lambda _: ours(i), [None], repeats))
+        eager_ms = eager_median(ours, repeats)
     label = f"{form} E={experts} {'T' if form == 'contiguous' else 'max_m'}={tokens} k={k}"
     if form == "masked" and routed < experts * tokens:
         label += f" ({routed} rows)"
@@ -246,6 +246,11 @@ def replay_passes(ours, moved: int, repeats: int, device) -> dict[str, list[floa
         for name, timer in timers.items():
             passes[name].append(per_set_median(timer))
     return passes
+
+
+def eager_median(ours, repeats: int) -> float:
+    """ms of eager runs of ``ours(i)`` queued back to back, the median over the sets."""
+    return per_set_median(lambda i: time_events(lambda _: ours(i), [None], repeats))
 
 
 def per_set_median(timed) -> float:
