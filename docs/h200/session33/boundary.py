@@ -1,14 +1,19 @@
-"""Session 33: what a run of the plain quantizer at the 1,024-row sizes spends outside its
-body — the kernel boundary of a PDL chain on the quantizer's own grid.
+"""Session 33: an empty kernel on the plain quantizer's grid, beside the quantizer, at the
+1,024-row sizes — an attempt to measure the kernel boundary of a PDL chain.
 
 In a graph of back-to-back runs (how bench_quantize.py times ours) each run's
 griddepcontrol.wait returns only once the whole run before it has finished, so a run
-costs the boundary (the last CTA's exit -> the release of the next grid's waits) plus
-its body (release -> its own last CTA's exit). This times, in the same graphs:
+costs a boundary (the last CTA's exit -> the release of the next grid's waits) plus its
+body. The empty kernel's cost turned out to depend on the machine (1.10 µs a run in call
+C, 1.70 in call E, where ours took 3.86 on both): it measures the machine's rate of graph
+kernels, which a kernel with work overlaps, not a boundary ours pays
+(docs/h200/session33/README.md). This times, in the same graphs:
 
 * ``empty``: bench_common's PDL copy kernel with nothing to copy, launched on the
   quantizer's grid (its CTAs, 256 threads) with the quantizer's shared memory a CTA
-  (dynamic), so that as many CTAs fit an SM as the quantizer's: the boundary alone;
+  (dynamic), so that as many CTAs fit an SM as the quantizer's;
+* ``empty`` again with no shared memory (CTAs of the next run may then become resident
+  while the run before it still runs) and without PDL: what residency and PDL change;
 * ``copy``: the same kernel copying the quantizer's bytes (input read, codes + scales
   written) on that grid: what moving them costs a kernel launched and placed like ours;
 * ``ours``: the quantizer (main's cubin), bytes checked against a second plan's run.
@@ -48,7 +53,7 @@ class PdlCopy:
     """bench_common's PDL copy kernel on a given grid with a given dynamic shared memory
     a CTA (unused: it only bounds the CTAs an SM holds)."""
 
-    def __init__(self, ctas: int, shared_bytes: int, moved: int, device):
+    def __init__(self, ctas: int, shared_bytes: int, moved: int, device, pdl: bool = True):
         self.vectors = -(-moved // 32) if moved else 0  # half the bytes read, 16 B each
         self.src = torch.empty(4 * max(1, self.vectors), dtype=torch.int32, device=device)
         self.src.random_()
@@ -57,8 +62,10 @@ class PdlCopy:
         kernel = driver.library_get_kernel(self.library, PDL_COPY_SYMBOL)
         function = driver.kernel_get_function(kernel)
         driver.function_set_attribute(function, MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_bytes)
-        pdl = [(driver.LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION, (1,))]
-        config = driver.launch_config((ctas, 1, 1), (PDL_COPY_THREADS, 1, 1), shared_bytes, pdl)
+        attributes = [(driver.LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION, (1,))] if pdl else []
+        config = driver.launch_config(
+            (ctas, 1, 1), (PDL_COPY_THREADS, 1, 1), shared_bytes, attributes
+        )
         self.spec = driver.LaunchSpec(function, config)
         self.values = (ctypes.c_uint64 * 3)(self.src.data_ptr(), self.dst.data_ptr(), self.vectors)
         self.params = (ctypes.c_void_p * 3)(
@@ -96,9 +103,15 @@ def main() -> int:
         moved = x.numel() * 2 + out.numel() + scales.numel()
         empty = PdlCopy(ctas, shared_bytes, 0, device)
         copy = PdlCopy(ctas, shared_bytes, moved, device)
-        times = {"empty": [], "copy": [], "ours": []}
+        # the same empty grid with no shared memory (the next run's CTAs may become
+        # resident before the run before it leaves) and without PDL (a plain launch)
+        empty_free = PdlCopy(ctas, 0, 0, device)
+        empty_plain = PdlCopy(ctas, shared_bytes, 0, device, pdl=False)
+        times = {"empty": [], "empty_free": [], "empty_plain": [], "copy": [], "ours": []}
         for _ in range(PASSES):
             times["empty"].append(replay_us(empty))
+            times["empty_free"].append(replay_us(empty_free))
+            times["empty_plain"].append(replay_us(empty_plain))
             times["copy"].append(replay_us(copy))
             times["ours"].append(replay_us(ours, relaxed=True))
         torch.cuda.synchronize()
@@ -111,7 +124,8 @@ def main() -> int:
         med = {name: statistics.median(v) for name, v in times.items()}
         rows_out.append(
             f"{rows}x{k:<5d} {ctas} CTAs, {shared_bytes} B shared: "
-            f"empty {med['empty']:5.2f}  copy {med['copy']:5.2f}  ours {med['ours']:5.2f}"
+            f"empty {med['empty']:5.2f} (no shared {med['empty_free']:5.2f}, "
+            f"no PDL {med['empty_plain']:5.2f})  copy {med['copy']:5.2f}  ours {med['ours']:5.2f}"
             f"  ours - empty {med['ours'] - med['empty']:5.2f}"
             f"  copy - empty {med['copy'] - med['empty']:5.2f}{'' if same else '  DIFF'}"
         )
