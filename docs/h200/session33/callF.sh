@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 33 call F (any card): main ("base") against docs/experiments/quantizer_midbar.patch:
+# Session 33 call F (any card; it ran inside call G): main ("base") against docs/experiments/quantizer_midbar.patch:
 # midbar (a CTA barrier between a unit's two block pairs: the warps whose data landed
 # first wait, so that the second pairs run with every warp of the CTA), wide (one CTA of
 # 16 warps an SM, session 21/22's shape), widebar (both: the barrier then spans an SM's
