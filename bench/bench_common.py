@@ -240,27 +240,39 @@ DONE:
 """
 
 
-def same_bytes_copy_pdl(moved: int, device):
+def same_bytes_copy_pdl(
+    moved: int, device, *, ctas: int | None = None, shared_bytes: int = 0, pdl: bool = True
+):
     """:func:`same_bytes_copy` launched as our kernels are launched: with programmatic
     stream serialization (PDL), through nvfp4_aot.driver. In a chain of runs (a graph's
     replay) its launch and ramp-up overlap the run before it, as the quantizer's do, so
     it is what moving the bytes costs at this size for a kernel launched like ours; the
     plain launch above pays its whole launch every run. One 16-byte vector a thread (a
     grid-stride loop past 65535 CTAs). The first run's bytes are checked before the
-    callable is returned."""
+    callable is returned.
+
+    For experiments on a kernel's own grid: ``ctas`` CTAs instead (the loop strides over
+    the vectors), ``shared_bytes`` of dynamic shared memory a CTA (unused: it bounds the
+    CTAs an SM holds), ``pdl=False`` a plain launch; ``moved=0`` copies nothing."""
     from nvfp4_aot import driver
 
-    vectors = max(1, -(-moved // 32))  # half the bytes read, in 16-byte vectors
+    vectors = -(-moved // 32)  # half the bytes read, in 16-byte vectors
     src = torch.empty(4 * vectors, dtype=torch.int32, device=device).random_()
     dst = torch.zeros_like(src)
     ordinal = device.index or 0
     driver.activate(ordinal)
     library = driver.library_load_data(PDL_COPY_PTX.encode() + b"\0")
     function = driver.kernel_get_function(driver.library_get_kernel(library, PDL_COPY_SYMBOL))
-    ctas = min(-(-vectors // PDL_COPY_THREADS), 65535)
-    pdl = [(driver.LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION, (1,))]
+    if shared_bytes:
+        driver.function_set_attribute(
+            function, driver.FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_bytes
+        )
+    if ctas is None:
+        ctas = max(1, min(-(-vectors // PDL_COPY_THREADS), 65535))
+    attributes = [(driver.LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION, (1,))] if pdl else []
     spec = driver.LaunchSpec(
-        function, driver.launch_config((ctas, 1, 1), (PDL_COPY_THREADS, 1, 1), 0, pdl)
+        function,
+        driver.launch_config((ctas, 1, 1), (PDL_COPY_THREADS, 1, 1), shared_bytes, attributes),
     )
     values = (ctypes.c_uint64 * 3)(src.data_ptr(), dst.data_ptr(), vectors)
     params = (ctypes.c_void_p * 3)(*(ctypes.addressof(values) + 8 * i for i in range(3)))

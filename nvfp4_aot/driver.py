@@ -43,8 +43,9 @@ ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
 POINTER_ATTR_DEVICE_ORDINAL = 9
 # CUfunction_attribute: the one the DSL host code queries, and those it may set (-> name)
 FUNC_ATTR_SHARED_SIZE_BYTES = 1
+FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 FUNCTION_ATTRIBUTES = {
-    8: "max_dynamic_shared_size_bytes",
+    FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES: "max_dynamic_shared_size_bytes",
     9: "preferred_shared_memory_carveout",
     10: "cluster_size_must_be_set",
     11: "required_cluster_width",

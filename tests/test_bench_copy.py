@@ -99,3 +99,27 @@ def test_the_pdl_copy_waits_before_it_reads(bench_common, tmp_path):
     subprocess.run([ptxas, "-arch=sm_90", str(source), "-o", str(tmp_path / "copy.cubin")],
                    check=True, capture_output=True)  # fmt: skip
     assert (tmp_path / "copy.cubin").stat().st_size > 0
+
+
+def test_the_copy_on_a_given_grid_and_shared_memory(bench_common):
+    """ctas / shared_bytes / pdl=False (docs/h200/session33/boundary.py): the grid as
+    given, the shared memory allowed and asked for, no PDL attribute; moved=0 copies
+    nothing."""
+    fake = copy_driver(bench_common)
+    with installed(fake):
+        copy = bench_common.same_bytes_copy_pdl(
+            4096, torch.device("cpu"), ctas=7, shared_bytes=79104, pdl=False
+        )
+        empty = bench_common.same_bytes_copy_pdl(0, torch.device("cpu"), ctas=5)
+    launch, empty_launch = fake.launches
+    assert launch.grid == (7, 1, 1) and launch.shared_bytes == 79104
+    assert launch.attributes == []
+    assert ("cuFuncSetAttribute", (bench_common.PDL_COPY_SYMBOL,
+            driver.FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES, 79104)) in fake.calls  # fmt: skip
+    src, dst, *_ = copy.keeps
+    assert src.numel() * 4 == 4096 // 2 and torch.equal(dst, torch.bitwise_not(src))
+    assert empty_launch.grid == (5, 1, 1) and empty_launch.shared_bytes == 0
+    assert int.from_bytes(empty_launch.params[2], "little") == 0
+    assert empty.keeps[0].numel() == 0
+    set_attribute = [args for name, args in fake.calls if name == "cuFuncSetAttribute"]
+    assert len(set_attribute) == 1  # none for the copy without shared memory

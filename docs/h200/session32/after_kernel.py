@@ -35,10 +35,10 @@ PER_GRAPH = 10
 REPEATS = 200
 
 
-def replay_us(fn) -> float:
+def replay_us(fn, capture_error_mode: str = "relaxed") -> float:
     """µs a call of ``fn`` in a graph of PER_GRAPH calls, captured in relaxed mode as our
     benchmarks capture plans (a graph of its own each pass, as bench_quantize's)."""
-    per_call = time_graph(fn, [None], REPEATS, PER_GRAPH, capture_error_mode="relaxed")
+    per_call = time_graph(fn, [None], REPEATS, PER_GRAPH, capture_error_mode=capture_error_mode)
     return statistics.median(per_call) * 1e3
 
 

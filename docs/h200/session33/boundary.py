@@ -21,7 +21,6 @@ kernels, which a kernel with work overlaps, not a boundary ours pays
     python3 docs/h200/session33/boundary.py
 """
 
-import ctypes
 import statistics
 import sys
 from pathlib import Path
@@ -31,55 +30,14 @@ import torch
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "docs" / "h200" / "session32"))
 
-from bench_common import PDL_COPY_PTX, PDL_COPY_SYMBOL, PDL_COPY_THREADS, time_graph  # noqa: E402
+# the same rows, passes and replay timer as session 32's after_kernel.py
+from after_kernel import PASSES, PER_GRAPH, SHAPES, replay_us  # noqa: E402
+from bench_common import same_bytes_copy_pdl  # noqa: E402
 
 from nvfp4_aot import driver  # noqa: E402
 from nvfp4_aot.quantizer import QuantizePlan  # noqa: E402
-
-SHAPES = [(1024, 2048), (1024, 4096), (1024, 7168), (4096, 4096)]
-PASSES = 3
-PER_GRAPH = 10
-REPEATS = 200
-MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # CUfunction_attribute
-
-
-def replay_us(fn, relaxed: bool = False) -> float:
-    mode = "relaxed" if relaxed else "global"
-    return statistics.median(time_graph(fn, [None], REPEATS, PER_GRAPH, mode)) * 1e3
-
-
-class PdlCopy:
-    """bench_common's PDL copy kernel on a given grid with a given dynamic shared memory
-    a CTA (unused: it only bounds the CTAs an SM holds)."""
-
-    def __init__(self, ctas: int, shared_bytes: int, moved: int, device, pdl: bool = True):
-        self.vectors = -(-moved // 32) if moved else 0  # half the bytes read, 16 B each
-        self.src = torch.empty(4 * max(1, self.vectors), dtype=torch.int32, device=device)
-        self.src.random_()
-        self.dst = torch.zeros_like(self.src)
-        self.library = driver.library_load_data(PDL_COPY_PTX.encode() + b"\0")
-        kernel = driver.library_get_kernel(self.library, PDL_COPY_SYMBOL)
-        function = driver.kernel_get_function(kernel)
-        driver.function_set_attribute(function, MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_bytes)
-        attributes = [(driver.LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION, (1,))] if pdl else []
-        config = driver.launch_config(
-            (ctas, 1, 1), (PDL_COPY_THREADS, 1, 1), shared_bytes, attributes
-        )
-        self.spec = driver.LaunchSpec(function, config)
-        self.values = (ctypes.c_uint64 * 3)(self.src.data_ptr(), self.dst.data_ptr(), self.vectors)
-        self.params = (ctypes.c_void_p * 3)(
-            *(ctypes.addressof(self.values) + 8 * i for i in range(3))
-        )
-
-    def __call__(self, *_):
-        self.spec.use_stream(torch.cuda.current_stream().cuda_stream)
-        driver.launch(self.spec.function, self.spec.config, ctypes.addressof(self.params))
-
-    def check(self):
-        n = 4 * self.vectors
-        if not torch.equal(self.dst[:n], torch.bitwise_not(self.src[:n])):
-            raise RuntimeError("the PDL copy wrote wrong bytes")
 
 
 def main() -> int:
@@ -101,21 +59,23 @@ def main() -> int:
                      stream=torch.cuda.current_stream().cuda_stream)  # fmt: skip
 
         moved = x.numel() * 2 + out.numel() + scales.numel()
-        empty = PdlCopy(ctas, shared_bytes, 0, device)
-        copy = PdlCopy(ctas, shared_bytes, moved, device)
-        # the same empty grid with no shared memory (the next run's CTAs may become
-        # resident before the run before it leaves) and without PDL (a plain launch)
-        empty_free = PdlCopy(ctas, 0, 0, device)
-        empty_plain = PdlCopy(ctas, shared_bytes, 0, device, pdl=False)
+        # bench_common's PDL copy on the quantizer's grid and shared memory (its bytes
+        # checked on its first run), empty and with ours' bytes; the empty one also with
+        # no shared memory (the next run's CTAs may become resident before the run before
+        # it leaves) and without PDL (a plain launch)
+        empty = same_bytes_copy_pdl(0, device, ctas=ctas, shared_bytes=shared_bytes)
+        copy = same_bytes_copy_pdl(moved, device, ctas=ctas, shared_bytes=shared_bytes)
+        empty_free = same_bytes_copy_pdl(0, device, ctas=ctas)
+        empty_plain = same_bytes_copy_pdl(0, device, ctas=ctas, shared_bytes=shared_bytes,
+                                          pdl=False)  # fmt: skip
         times = {"empty": [], "empty_free": [], "empty_plain": [], "copy": [], "ours": []}
         for _ in range(PASSES):
-            times["empty"].append(replay_us(empty))
-            times["empty_free"].append(replay_us(empty_free))
-            times["empty_plain"].append(replay_us(empty_plain))
-            times["copy"].append(replay_us(copy))
-            times["ours"].append(replay_us(ours, relaxed=True))
+            times["empty"].append(replay_us(empty, "global"))
+            times["empty_free"].append(replay_us(empty_free, "global"))
+            times["empty_plain"].append(replay_us(empty_plain, "global"))
+            times["copy"].append(replay_us(copy, "global"))
+            times["ours"].append(replay_us(ours))
         torch.cuda.synchronize()
-        copy.check()
         out2, scales2 = torch.full_like(out, 0xEE), torch.full_like(scales, 0xEE)
         check.run(x.data_ptr(), out2.data_ptr(), scales2.data_ptr(), g.data_ptr(),
                   stream=torch.cuda.current_stream().cuda_stream)  # fmt: skip
